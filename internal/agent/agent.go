@@ -1,0 +1,190 @@
+// Package agent is the in-sandbox agent: PID 1 of every sandbox. It serves
+// the daemon over the Connect protocol in proto/airlock/agent/v1 on a
+// listener it inherits (a unix socket that sandboxed code cannot reach),
+// starts and reaps processes, and reads and writes the sandbox filesystem.
+//
+// The agent does not set up isolation itself; the runtime backend does that
+// before calling Serve (see runtime/linux). The same code also runs
+// in-process, unisolated, under runtime/runtimefake for tests of the layers
+// above.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	agentv1 "github.com/airlock-sandbox/airlock/gen/airlock/agent/v1"
+	"github.com/airlock-sandbox/airlock/gen/airlock/agent/v1/agentv1connect"
+)
+
+// Version is reported by Info; main sets it at build time.
+var Version = "dev"
+
+// User is an account that processes and file operations can run as.
+type User struct {
+	Name string
+	UID  uint32
+	GID  uint32
+	Home string
+}
+
+// Options configure an Agent. Root and Users are required.
+type Options struct {
+	// Root is the directory that file operations treat as "/": "/" inside
+	// a sandbox, a temporary directory under the fake runtime. Paths never
+	// resolve outside it.
+	Root string
+	// Users maps names accepted in requests ("user", "root") to accounts.
+	Users map[string]User
+	// DefaultUser is used when a request names no user.
+	DefaultUser string
+	// BaseEnv is the environment every process starts with.
+	BaseEnv map[string]string
+	// SwitchUser makes children run with the requested user's uid/gid.
+	// The fake runtime turns it off when not running as root.
+	SwitchUser bool
+	// ReapAll makes the agent reap every child that is reparented to it
+	// (it must when it is PID 1). When false it waits only for its own.
+	ReapAll bool
+	// Cgroups, when set, gives every started process tree its own cgroup
+	// for tree kill, peak memory, CPU time and OOM attribution. When nil the
+	// agent falls back to process groups and rusage.
+	Cgroups ExecCgroups
+	// MaxOutputBytes caps the bytes forwarded per output stream of one
+	// process; requests may ask for less. 0 means 64 MiB.
+	MaxOutputBytes uint64
+	// MaxProcesses caps the processes the agent tracks at once. 0 means 1024.
+	MaxProcesses int
+	Logger       *slog.Logger
+}
+
+// ExecCgroups creates one cgroup per started process tree. It is
+// implemented over delegated cgroup directories by internal/cgroups (wired
+// in runtime/linux).
+type ExecCgroups interface {
+	New(name string) (ExecCgroup, error)
+}
+
+// ExecCgroup is the cgroup of one process tree.
+type ExecCgroup interface {
+	// Start calls start so that the process it forks begins life inside the
+	// cgroup. It may set fields of attr (which start must then use) or run
+	// start on a thread that it has moved into the cgroup.
+	Start(attr *syscall.SysProcAttr, start func() (int, error)) (int, error)
+	// Kill kills every process in the cgroup and returns once it is empty
+	// or ctx is done.
+	Kill(ctx context.Context) error
+	// Usage reports what the tree used so far.
+	Usage() (ExecUsage, error)
+	// Close removes the cgroup once it is empty. A cgroup that still holds
+	// processes (background children) is removed later by Sweep.
+	Close() error
+}
+
+// ExecUsage is what one process tree consumed.
+type ExecUsage struct {
+	CPUTime         time.Duration
+	PeakMemoryBytes uint64
+	OOMKills        uint64
+}
+
+// Agent serves the agent protocol.
+type Agent struct {
+	opts    Options
+	log     *slog.Logger
+	started time.Time
+	procs   *processTable
+	files   *fileService
+}
+
+// New validates opts and returns an agent ready to Serve.
+func New(opts Options) (*Agent, error) {
+	if opts.Root == "" {
+		return nil, errors.New("agent: Root is required")
+	}
+	if len(opts.Users) == 0 {
+		return nil, errors.New("agent: Users is required")
+	}
+	if opts.DefaultUser == "" {
+		opts.DefaultUser = "user"
+	}
+	if _, ok := opts.Users[opts.DefaultUser]; !ok {
+		return nil, fmt.Errorf("agent: default user %q is not in Users", opts.DefaultUser)
+	}
+	if opts.MaxOutputBytes == 0 {
+		opts.MaxOutputBytes = 64 << 20
+	}
+	if opts.MaxProcesses == 0 {
+		opts.MaxProcesses = 1024
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	a := &Agent{opts: opts, log: opts.Logger, started: time.Now()}
+	var err error
+	if a.procs, err = newProcessTable(a); err != nil {
+		return nil, err
+	}
+	if a.files, err = newFileService(a); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Handler returns the HTTP handler that serves every agent service.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(agentv1connect.NewAgentServiceHandler(&infoService{a: a}))
+	mux.Handle(agentv1connect.NewProcessServiceHandler(a.procs))
+	mux.Handle(agentv1connect.NewFileServiceHandler(a.files))
+	return mux
+}
+
+// Serve serves the agent protocol on ln (HTTP/2 without TLS) until ctx is
+// done, then stops accepting and returns. Processes keep running.
+func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	protocols.SetHTTP1(true)
+	srv := &http.Server{
+		Handler:           a.Handler(),
+		Protocols:         &protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+		return nil
+	}
+}
+
+// Close stops background work (reaper, watchers). It does not kill
+// processes.
+func (a *Agent) Close() error {
+	return errors.Join(a.procs.close(), a.files.close())
+}
+
+type infoService struct{ a *Agent }
+
+func (s *infoService) Info(ctx context.Context, _ *connect.Request[agentv1.InfoRequest]) (*connect.Response[agentv1.InfoResponse], error) {
+	return connect.NewResponse(&agentv1.InfoResponse{
+		Version:           Version,
+		StartedAtUnixNano: s.a.started.UnixNano(),
+		Processes:         uint32(s.a.procs.count()),
+	}), nil
+}

@@ -1,0 +1,50 @@
+// Package errdefs defines Airlock's closed set of error classes.
+//
+// Every error that crosses a package boundary wraps exactly one of these
+// sentinels with context, for example
+//
+//	fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+//
+// and callers test the class with errors.Is. The mapping from classes to HTTP
+// status codes and Connect codes lives in one place each (the API layer and
+// the agent's RPC layer); nothing else inspects error strings.
+package errdefs
+
+import "errors"
+
+// The error classes. The set is closed: add a class only together with its
+// HTTP and Connect mappings.
+var (
+	ErrNotFound           = errors.New("not found")
+	ErrAlreadyExists      = errors.New("already exists")
+	ErrInvalidArgument    = errors.New("invalid argument")
+	ErrPermissionDenied   = errors.New("permission denied")
+	ErrResourceExhausted  = errors.New("resource exhausted")
+	ErrFailedPrecondition = errors.New("failed precondition")
+	ErrUnavailable        = errors.New("unavailable")
+	ErrTimeout            = errors.New("timeout")
+	ErrCanceled           = errors.New("canceled")
+	ErrNotSupported       = errors.New("not supported")
+	ErrInternal           = errors.New("internal error")
+)
+
+// classes lists every class, in the order Class reports them.
+var classes = []error{
+	ErrNotFound, ErrAlreadyExists, ErrInvalidArgument, ErrPermissionDenied,
+	ErrResourceExhausted, ErrFailedPrecondition, ErrUnavailable, ErrTimeout,
+	ErrCanceled, ErrNotSupported, ErrInternal,
+}
+
+// Class returns the class sentinel that err wraps, or ErrInternal when err
+// wraps none of them. Class(nil) is nil.
+func Class(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, c := range classes {
+		if errors.Is(err, c) {
+			return c
+		}
+	}
+	return ErrInternal
+}

@@ -1,0 +1,130 @@
+// Package runtime defines what a sandbox backend provides: an isolated
+// environment whose PID 1 is the Airlock agent, reachable from the daemon
+// over a connection that sandboxed code cannot reach.
+//
+// A backend implements Runtime. Commands and files are not part of this
+// interface: every backend runs the same in-sandbox agent (internal/agent)
+// and the layers above talk to it through internal/agentclient over the
+// connection that Instance.Dial returns. Optional abilities (pause/resume,
+// checkpoint) are small separate interfaces that callers detect with a type
+// assertion. Every backend must pass the conformance suite in
+// runtime/runtimetest.
+package runtime
+
+import (
+	"context"
+	"net"
+	"regexp"
+	"time"
+)
+
+// Runtime creates sandboxes and finds the ones a previous daemon left
+// running.
+type Runtime interface {
+	// Name identifies the backend ("linux", "fake", ...).
+	Name() string
+
+	// Create builds the sandbox described by spec, starts its agent and
+	// returns once the agent answers on its control connection. On error
+	// nothing of the sandbox is left on the host.
+	Create(ctx context.Context, spec Spec) (Instance, error)
+
+	// Recover finds sandboxes created by earlier runs of the daemon. Those
+	// whose agent answers are returned, adopted; every other trace of a
+	// sandbox (processes, mounts, cgroups, files) is removed.
+	Recover(ctx context.Context) ([]Instance, error)
+}
+
+// Instance is one running sandbox.
+//
+// The lifecycle is: Create returns a running instance; Destroy kills every
+// process in it and removes everything it held on the host. Destroy is
+// idempotent and safe to call concurrently with any other method. An
+// instance outlives the daemon process that created it.
+type Instance interface {
+	ID() string
+	// Spec returns the spec the sandbox was created from (recovered from
+	// disk for adopted sandboxes).
+	Spec() Spec
+	// CreatedAt is when the sandbox was created.
+	CreatedAt() time.Time
+	// Dial opens a new connection to the agent's control socket.
+	Dial(ctx context.Context) (net.Conn, error)
+	// Stats reports current resource usage of the whole sandbox.
+	Stats(ctx context.Context) (Stats, error)
+	// Destroy kills everything in the sandbox and frees its host resources.
+	Destroy(ctx context.Context) error
+}
+
+// Pauser is implemented by instances that can be frozen in place (memory
+// stays resident) and thawed.
+type Pauser interface {
+	Pause(ctx context.Context) error
+	Resume(ctx context.Context) error
+}
+
+// Checkpointer is implemented by instances whose full memory state can be
+// written to disk. No backend in this tree implements it yet; it is
+// reserved for the gVisor backend.
+type Checkpointer interface {
+	Checkpoint(ctx context.Context, dir string) error
+}
+
+// Spec describes a sandbox to create. The zero values of the optional
+// fields mean "backend default".
+type Spec struct {
+	// ID names the sandbox; it must match IDPattern.
+	ID string `json:"id"`
+	// Rootfs is the resolved root filesystem (see internal/template).
+	Rootfs Rootfs `json:"rootfs"`
+	// Limits caps the resources of the whole sandbox.
+	Limits Limits `json:"limits"`
+	// Env is the base environment of every process started in the
+	// sandbox; per-process environment is layered on top.
+	Env map[string]string `json:"env,omitempty"`
+	// Hostname inside the sandbox; defaults to the ID.
+	Hostname string `json:"hostname,omitempty"`
+	// Labels are opaque key/values kept with the sandbox and returned for
+	// adopted sandboxes; the lifecycle manager stores its bookkeeping here.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// IDPattern is the syntax of sandbox IDs: it keeps IDs safe to use in host
+// paths and cgroup names.
+var IDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// Rootfs is a root filesystem ready to mount: read-only layers stacked under
+// a per-sandbox writable layer, plus read-only bind mounts of host paths.
+type Rootfs struct {
+	// Layers are host directories, lowest first. They are never written.
+	Layers []string `json:"layers"`
+	// Binds are mounted on top of the layers, in order.
+	Binds []Bind `json:"binds,omitempty"`
+	// Workdir is the default working directory; defaults to /home/user.
+	Workdir string `json:"workdir,omitempty"`
+}
+
+// Bind mounts a host path into the sandbox read-only.
+type Bind struct {
+	Source string `json:"source"` // absolute host path
+	Target string `json:"target"` // absolute path inside the sandbox
+}
+
+// Limits are resource caps for a whole sandbox. Zero means the backend's
+// default, not unlimited.
+type Limits struct {
+	CPUs        float64 `json:"cpus,omitempty"`         // CPU quota in cores
+	MemoryBytes int64   `json:"memory_bytes,omitempty"` // RAM for sandboxed processes; no swap
+	Pids        int64   `json:"pids,omitempty"`         // processes and threads
+	DiskBytes   int64   `json:"disk_bytes,omitempty"`   // writable layer size
+	NoFile      uint64  `json:"nofile,omitempty"`       // RLIMIT_NOFILE per process
+}
+
+// Stats is a point-in-time view of a sandbox's resource use.
+type Stats struct {
+	CPUTime         time.Duration `json:"cpu_time"`
+	MemoryBytes     uint64        `json:"memory_bytes"`
+	PeakMemoryBytes uint64        `json:"peak_memory_bytes"`
+	Pids            uint64        `json:"pids"`
+	OOMKills        uint64        `json:"oom_kills"`
+}
