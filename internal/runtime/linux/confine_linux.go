@@ -1,0 +1,109 @@
+package linux
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/cgroups"
+	"github.com/airlock-sandbox/airlock/internal/confine"
+)
+
+// confineAgent applies the sandbox policy to the agent itself; every
+// process it starts inherits it. Writes are limited to the top-level
+// directories of the root filesystem (and /dev/shm, /dev/pts and a few
+// device files), never /proc, /dev or /sys; the delegated cgroup
+// directories stay writable through their fds.
+func confineAgent(cgroupFDs []int, log *slog.Logger) error {
+	entries, err := os.ReadDir("/")
+	if err != nil {
+		return err
+	}
+	var writable []string
+	for _, e := range entries {
+		switch e.Name() {
+		case "proc", "dev", "sys", ".airlock":
+			continue
+		}
+		if e.IsDir() {
+			writable = append(writable, "/"+e.Name())
+		}
+	}
+	writable = append(writable, "/dev/shm", "/dev/pts")
+	devices := []string{"/dev/pts", "/dev/ptmx"}
+	for _, n := range devNodes {
+		devices = append(devices, "/dev/"+n)
+	}
+	abi, err := confine.Apply(confine.Policy{
+		ReadOnly:    []string{"/"},
+		Writable:    writable,
+		WritableFDs: cgroupFDs,
+		DevicePaths: devices,
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("confined", "landlock_abi", abi)
+	return nil
+}
+
+// delegatedCgroups opens the agent's view of the sandbox's cgroups: the
+// work directory under which every process tree gets its own cgroup.
+// It returns nil (and the agent falls back to process groups) when the
+// daemon delegated nothing.
+func delegatedCgroups(cfg *initConfig) (agent.ExecCgroups, []int, error) {
+	if len(cfg.WorkCgroups) == 0 {
+		return nil, nil, nil
+	}
+	work := make(map[string]*os.File)
+	home := make(map[string]*os.File)
+	var fds []int
+	for name, fd := range cfg.WorkCgroups {
+		work[name] = os.NewFile(uintptr(fd), "cgroup-work-"+name)
+		fds = append(fds, fd)
+	}
+	for name, fd := range cfg.AgentCgroups {
+		home[name] = os.NewFile(uintptr(fd), "cgroup-agent-"+name)
+		fds = append(fds, fd)
+	}
+	d, err := cgroups.NewDelegated(cgroups.Version(cfg.CgroupVersion), work, home)
+	if err != nil {
+		return nil, nil, err
+	}
+	return execCgroups{d}, fds, nil
+}
+
+// execCgroups adapts cgroups.Delegated to the agent's interface.
+type execCgroups struct{ d *cgroups.Delegated }
+
+func (e execCgroups) New(name string) (agent.ExecCgroup, error) {
+	x, err := e.d.New(name)
+	if err != nil {
+		return nil, err
+	}
+	return execCgroup{x}, nil
+}
+
+type execCgroup struct{ x *cgroups.Exec }
+
+func (e execCgroup) Start(attr *syscall.SysProcAttr, start func() (int, error)) (int, error) {
+	return e.x.Start(attr, start)
+}
+
+func (e execCgroup) Kill(ctx context.Context) error { return e.x.Kill(ctx) }
+
+func (e execCgroup) Usage() (agent.ExecUsage, error) {
+	u, err := e.x.Usage()
+	if err != nil {
+		return agent.ExecUsage{}, fmt.Errorf("cgroup usage: %w", err)
+	}
+	return agent.ExecUsage{CPUTime: u.CPUTime, PeakMemoryBytes: u.PeakMemoryBytes, OOMKills: u.OOMKills}, nil
+}
+
+func (e execCgroup) Close() error { return e.x.Close() }
+
+var _ = time.Second

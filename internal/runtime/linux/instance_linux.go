@@ -1,0 +1,149 @@
+package linux
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/agentclient"
+	"github.com/airlock-sandbox/airlock/internal/cgroups"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/runtime"
+)
+
+// Instance is one sandbox of the native backend.
+type Instance struct {
+	r      *Runtime
+	id     string
+	dir    string
+	state  *state
+	cg     *cgroups.Sandbox
+	exited <-chan struct{} // closed when the agent exits, if it is our child
+
+	destroyOnce sync.Once
+	destroyErr  error
+	destroyed   chan struct{}
+}
+
+var (
+	_ runtime.Instance = (*Instance)(nil)
+	_ runtime.Pauser   = (*Instance)(nil)
+)
+
+func newInstance(r *Runtime, dir string, st *state, cg *cgroups.Sandbox, exited <-chan struct{}) *Instance {
+	return &Instance{
+		r:         r,
+		id:        st.Spec.ID,
+		dir:       dir,
+		state:     st,
+		cg:        cg,
+		exited:    exited,
+		destroyed: make(chan struct{}),
+	}
+}
+
+// ID implements runtime.Instance.
+func (i *Instance) ID() string { return i.id }
+
+// Spec implements runtime.Instance.
+func (i *Instance) Spec() runtime.Spec { return i.state.Spec }
+
+// CreatedAt implements runtime.Instance.
+func (i *Instance) CreatedAt() time.Time { return i.state.CreatedAt }
+
+// Pid is the host pid of the sandbox's agent (its PID 1).
+func (i *Instance) Pid() int { return i.state.Pid }
+
+// UIDBase is the host uid that root inside the sandbox maps to.
+func (i *Instance) UIDBase() uint32 { return i.state.UIDBase }
+
+// Dial implements runtime.Instance.
+func (i *Instance) Dial(ctx context.Context) (net.Conn, error) {
+	select {
+	case <-i.destroyed:
+		return nil, fmt.Errorf("sandbox %s: %w", i.id, errdefs.ErrNotFound)
+	default:
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", filepath.Join(i.dir, socketFile))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: agent: %w", i.id, errdefs.ErrUnavailable)
+	}
+	return c, nil
+}
+
+func (i *Instance) ping(ctx context.Context) error {
+	c := agentclient.New(i.Dial)
+	defer c.Close()
+	_, err := c.Info(ctx)
+	return err
+}
+
+// Stats implements runtime.Instance.
+func (i *Instance) Stats(ctx context.Context) (runtime.Stats, error) {
+	st, err := i.cg.Stats()
+	if err != nil {
+		return runtime.Stats{}, fmt.Errorf("sandbox %s: stats: %w", i.id, err)
+	}
+	return runtime.Stats{
+		CPUTime:         st.CPUTime,
+		MemoryBytes:     st.MemoryBytes,
+		PeakMemoryBytes: st.PeakMemoryBytes,
+		Pids:            st.Pids,
+		OOMKills:        st.OOMKills,
+	}, nil
+}
+
+// Pause implements runtime.Pauser by freezing every process.
+func (i *Instance) Pause(ctx context.Context) error {
+	if err := i.cg.Freeze(ctx); err != nil {
+		return fmt.Errorf("sandbox %s: pause: %w", i.id, err)
+	}
+	return nil
+}
+
+// Resume implements runtime.Pauser.
+func (i *Instance) Resume(ctx context.Context) error {
+	if err := i.cg.Thaw(ctx); err != nil {
+		return fmt.Errorf("sandbox %s: resume: %w", i.id, err)
+	}
+	return nil
+}
+
+// Destroy implements runtime.Instance. Killing the cgroup subtree kills
+// the agent and everything it started; the sandbox's mounts disappear with
+// its mount namespace. Then the cgroups, the state directory and the uid
+// slot are released.
+func (i *Instance) Destroy(ctx context.Context) error {
+	i.destroyOnce.Do(func() {
+		close(i.destroyed)
+		var errs []error
+		killErr := i.cg.Kill(ctx)
+		if killErr != nil {
+			errs = append(errs, killErr)
+		}
+		if i.exited != nil {
+			select {
+			case <-i.exited:
+			case <-ctx.Done():
+				errs = append(errs, ctx.Err())
+			}
+		}
+		if err := i.cg.Remove(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		if err := removeStateDir(i.dir); err != nil {
+			errs = append(errs, err)
+		}
+		// A uid range whose processes may still run is never reused.
+		i.r.forget(i, killErr == nil)
+		if err := errors.Join(errs...); err != nil {
+			i.destroyErr = fmt.Errorf("sandbox %s: destroy: %w", i.id, err)
+		}
+	})
+	return i.destroyErr
+}

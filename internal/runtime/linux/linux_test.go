@@ -1,0 +1,117 @@
+package linux
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/runtime"
+	"github.com/airlock-sandbox/airlock/internal/runtime/runtimetest"
+	"github.com/airlock-sandbox/airlock/internal/template"
+)
+
+// TestMain lets the test binary serve as the sandbox agent: Runtime
+// re-executes /proc/self/exe with AgentCommand.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == AgentCommand {
+		os.Exit(RunAgent())
+	}
+	os.Exit(m.Run())
+}
+
+var (
+	hostOnce   sync.Once
+	hostRootfs runtime.Rootfs
+	hostErr    error
+	testBase   string
+)
+
+// baseDir is a world-traversable scratch directory: sandbox agents run as
+// unprivileged host uids and must reach their layers and mount points,
+// which t.TempDir (mode 0700) would not allow.
+func baseDir(t testing.TB) string {
+	t.Helper()
+	if testBase == "" {
+		t.Fatal("baseDir used before setup")
+	}
+	return testBase
+}
+
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the native runtime needs root (CI runs as root)")
+	}
+}
+
+func setupBase(t testing.TB) {
+	t.Helper()
+	requireRoot(t)
+	if testBase != "" {
+		return
+	}
+	dir, err := os.MkdirTemp("", "airlock-linux-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testBase = dir
+}
+
+func hostRootfsFor(t testing.TB) runtime.Rootfs {
+	t.Helper()
+	setupBase(t)
+	hostOnce.Do(func() {
+		h, err := template.NewHost(template.HostOptions{CacheDir: filepath.Join(testBase, "templates", "host")})
+		if err != nil {
+			hostErr = err
+			return
+		}
+		hostRootfs, hostErr = h.Resolve(context.Background())
+	})
+	if hostErr != nil {
+		t.Fatalf("host template: %v", hostErr)
+	}
+	return hostRootfs
+}
+
+// newRuntime returns a runtime with its own state dir and cgroup parent,
+// and makes sure every sandbox it made is gone at test end.
+func newRuntime(t testing.TB) *Runtime {
+	t.Helper()
+	setupBase(t)
+	dir, err := os.MkdirTemp(testBase, "state-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return openRuntime(t, dir)
+}
+
+func openRuntime(t testing.TB, stateDir string) *Runtime {
+	t.Helper()
+	rt, err := New(Config{
+		StateDir:     stateDir,
+		CgroupParent: "airlock-test",
+		AgentArgs:    []string{"airlock-test-agent", AgentCommand},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
+
+func TestConformance(t *testing.T) {
+	requireRoot(t)
+	runtimetest.Run(t, runtimetest.Harness{
+		New: func(t *testing.T) runtime.Runtime { return newRuntime(t) },
+		Reopen: func(t *testing.T, prev runtime.Runtime) runtime.Runtime {
+			return openRuntime(t, prev.(*Runtime).cfg.StateDir)
+		},
+		Rootfs:   func(t *testing.T) runtime.Rootfs { return hostRootfsFor(t) },
+		Isolated: true,
+	})
+}

@@ -1,0 +1,400 @@
+package linux
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/cgroups"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/runtime"
+)
+
+// Config configures the native backend.
+type Config struct {
+	// StateDir holds one directory per sandbox (state file, control
+	// socket, agent log, mount points). It must be on a local filesystem.
+	StateDir string
+	// CgroupParent names the cgroup under which every sandbox gets its own
+	// subtree. Default "airlock".
+	CgroupParent string
+	// UIDBase is the first host uid (and gid) of sandbox id ranges; each
+	// sandbox gets UIDRangeSize ids from a free slot above it.
+	// Default 1<<28, far above ordinary users and subuid ranges.
+	UIDBase uint32
+	// UIDRangeSize is the size of each sandbox's id range. Default 65536.
+	UIDRangeSize uint32
+	// MaxSandboxes bounds the number of uid slots. Default 4096.
+	MaxSandboxes int
+	// AgentPath is the binary started as the sandbox's PID 1 and
+	// AgentArgs its arguments (argv[0] included). Defaults: /proc/self/exe
+	// and {"airlock", "agent"}: the daemon's own binary.
+	AgentPath string
+	AgentArgs []string
+	// StartTimeout bounds how long Create waits for the agent. Default 10s.
+	StartTimeout time.Duration
+	// DefaultLimits fill zero fields of a spec's limits.
+	DefaultLimits runtime.Limits
+	Logger        *slog.Logger
+}
+
+// DefaultLimits are used where neither the spec nor Config set a limit.
+var DefaultLimits = runtime.Limits{
+	CPUs:        1,
+	MemoryBytes: 512 << 20,
+	Pids:        256,
+	DiskBytes:   1 << 30,
+	NoFile:      4096,
+}
+
+func (c *Config) setDefaults() error {
+	if c.StateDir == "" {
+		return fmt.Errorf("linux runtime: StateDir is required: %w", errdefs.ErrInvalidArgument)
+	}
+	if !filepath.IsAbs(c.StateDir) {
+		return fmt.Errorf("linux runtime: StateDir must be absolute: %w", errdefs.ErrInvalidArgument)
+	}
+	if c.CgroupParent == "" {
+		c.CgroupParent = "airlock"
+	}
+	if c.UIDBase == 0 {
+		c.UIDBase = 1 << 28
+	}
+	if c.UIDRangeSize == 0 {
+		c.UIDRangeSize = 65536
+	}
+	if c.UIDRangeSize < 65536 {
+		return fmt.Errorf("linux runtime: UIDRangeSize must be at least 65536 (uid 65534 is nobody): %w", errdefs.ErrInvalidArgument)
+	}
+	if c.MaxSandboxes == 0 {
+		c.MaxSandboxes = 4096
+	}
+	if uint64(c.UIDBase)+uint64(c.MaxSandboxes)*uint64(c.UIDRangeSize) > 1<<32-2 {
+		return fmt.Errorf("linux runtime: uid ranges overflow 32 bits: %w", errdefs.ErrInvalidArgument)
+	}
+	if c.AgentPath == "" {
+		c.AgentPath = "/proc/self/exe"
+	}
+	if len(c.AgentArgs) == 0 {
+		c.AgentArgs = []string{"airlock", AgentCommand}
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Runtime is the native Linux backend.
+type Runtime struct {
+	cfg Config
+	log *slog.Logger
+	cg  *cgroups.Manager
+
+	mu    sync.Mutex
+	slots map[int]string // uid slot → sandbox id
+	live  map[string]*Instance
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New checks that the host supports the backend and prepares StateDir.
+func New(cfg Config) (*Runtime, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("linux runtime: must run as root: %w", errdefs.ErrPermissionDenied)
+	}
+	// 0711: sandbox agents (unprivileged host uids) must traverse to their
+	// own mount points but may not list other sandboxes.
+	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
+		return nil, fmt.Errorf("linux runtime: state dir: %w", err)
+	}
+	if err := os.Chmod(cfg.StateDir, 0o711); err != nil {
+		return nil, fmt.Errorf("linux runtime: state dir: %w", err)
+	}
+	cg, err := cgroups.NewManager(cfg.CgroupParent, cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("linux runtime: %w", err)
+	}
+	return &Runtime{
+		cfg:   cfg,
+		log:   cfg.Logger,
+		cg:    cg,
+		slots: make(map[int]string),
+		live:  make(map[string]*Instance),
+	}, nil
+}
+
+// Name implements runtime.Runtime.
+func (r *Runtime) Name() string { return "linux" }
+
+// allocSlot reserves a free uid slot for id.
+func (r *Runtime) allocSlot(id string) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.live[id]; ok {
+		return 0, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrAlreadyExists)
+	}
+	for s := 0; s < r.cfg.MaxSandboxes; s++ {
+		if _, used := r.slots[s]; !used {
+			r.slots[s] = id
+			return s, nil
+		}
+	}
+	return 0, fmt.Errorf("no free sandbox slot (max %d): %w", r.cfg.MaxSandboxes, errdefs.ErrResourceExhausted)
+}
+
+func (r *Runtime) freeSlot(slot int, id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.slots[slot] == id {
+		delete(r.slots, slot)
+	}
+}
+
+func (r *Runtime) uidBase(slot int) uint32 {
+	return r.cfg.UIDBase + uint32(slot)*r.cfg.UIDRangeSize
+}
+
+func (r *Runtime) forget(inst *Instance, freeSlot bool) {
+	r.mu.Lock()
+	if r.live[inst.id] == inst {
+		delete(r.live, inst.id)
+	}
+	if freeSlot && r.slots[inst.state.Slot] == inst.id {
+		delete(r.slots, inst.state.Slot)
+	}
+	r.mu.Unlock()
+}
+
+// fillLimits applies defaults and validates limits.
+func (r *Runtime) fillLimits(l runtime.Limits) (runtime.Limits, error) {
+	d := r.cfg.DefaultLimits
+	pick := func(v, cfg, def int64) int64 {
+		if v != 0 {
+			return v
+		}
+		if cfg != 0 {
+			return cfg
+		}
+		return def
+	}
+	l.MemoryBytes = pick(l.MemoryBytes, d.MemoryBytes, DefaultLimits.MemoryBytes)
+	l.Pids = pick(l.Pids, d.Pids, DefaultLimits.Pids)
+	l.DiskBytes = pick(l.DiskBytes, d.DiskBytes, DefaultLimits.DiskBytes)
+	l.NoFile = uint64(pick(int64(l.NoFile), int64(d.NoFile), int64(DefaultLimits.NoFile)))
+	if l.CPUs == 0 {
+		l.CPUs = d.CPUs
+		if l.CPUs == 0 {
+			l.CPUs = DefaultLimits.CPUs
+		}
+	}
+	switch {
+	case l.CPUs < 0.01 || l.CPUs > 1024:
+		return l, fmt.Errorf("cpus must be between 0.01 and 1024: %w", errdefs.ErrInvalidArgument)
+	case l.MemoryBytes < 16<<20:
+		return l, fmt.Errorf("memory must be at least 16 MiB: %w", errdefs.ErrInvalidArgument)
+	case l.Pids < 8 || l.Pids > 1<<22:
+		return l, fmt.Errorf("pids must be between 8 and %d: %w", 1<<22, errdefs.ErrInvalidArgument)
+	case l.DiskBytes < 1<<20:
+		return l, fmt.Errorf("disk must be at least 1 MiB: %w", errdefs.ErrInvalidArgument)
+	case l.NoFile < 64 || l.NoFile > 1<<20:
+		return l, fmt.Errorf("nofile must be between 64 and %d: %w", 1<<20, errdefs.ErrInvalidArgument)
+	}
+	return l, nil
+}
+
+func validateSpec(spec *runtime.Spec) error {
+	if !runtime.IDPattern.MatchString(spec.ID) {
+		return fmt.Errorf("sandbox id %q: %w", spec.ID, errdefs.ErrInvalidArgument)
+	}
+	if len(spec.Rootfs.Layers) == 0 {
+		return fmt.Errorf("sandbox %s: rootfs has no layers: %w", spec.ID, errdefs.ErrInvalidArgument)
+	}
+	for _, l := range spec.Rootfs.Layers {
+		if !filepath.IsAbs(l) {
+			return fmt.Errorf("sandbox %s: layer path must be absolute: %w", spec.ID, errdefs.ErrInvalidArgument)
+		}
+	}
+	for _, b := range spec.Rootfs.Binds {
+		if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) || filepath.Clean(b.Target) == "/" {
+			return fmt.Errorf("sandbox %s: bind %q: %w", spec.ID, b.Target, errdefs.ErrInvalidArgument)
+		}
+	}
+	if spec.Hostname == "" {
+		spec.Hostname = spec.ID
+	}
+	if len(spec.Hostname) > 64 {
+		return fmt.Errorf("sandbox %s: hostname too long: %w", spec.ID, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// state is what a sandbox's state file records, enough to re-adopt or
+// remove it after a daemon restart.
+type state struct {
+	Spec      runtime.Spec `json:"spec"`
+	Slot      int          `json:"slot"`
+	UIDBase   uint32       `json:"uid_base"`
+	Pid       int          `json:"pid"`
+	PidStart  uint64       `json:"pid_start"` // /proc/<pid>/stat starttime, guards against pid reuse
+	CreatedAt time.Time    `json:"created_at"`
+}
+
+const (
+	stateFile  = "state.json"
+	socketFile = "agent.sock"
+	logFile    = "agent.log"
+	mntDir     = "mnt"
+)
+
+func writeState(dir string, st *state) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, stateFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, stateFile))
+}
+
+func readState(dir string) (*state, error) {
+	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if err != nil {
+		return nil, err
+	}
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("state file: %w", err)
+	}
+	return &st, nil
+}
+
+// Recover implements runtime.Runtime: it adopts every sandbox left by an
+// earlier daemon whose agent still answers and removes all others, as well
+// as cgroups that have no state directory.
+func (r *Runtime) Recover(ctx context.Context) ([]runtime.Instance, error) {
+	entries, err := os.ReadDir(r.cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("recover: %w", err)
+	}
+	var adopted []runtime.Instance
+	var errs []error
+	seen := make(map[string]bool)
+	for _, e := range entries {
+		id := e.Name()
+		if !e.IsDir() || !runtime.IDPattern.MatchString(id) {
+			continue
+		}
+		seen[id] = true
+		r.mu.Lock()
+		_, known := r.live[id]
+		r.mu.Unlock()
+		if known {
+			continue
+		}
+		inst, err := r.adopt(ctx, id)
+		if err != nil {
+			r.log.Info("removing sandbox that cannot be adopted", "sandbox", id, "reason", err)
+			if err := r.purge(ctx, id); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		adopted = append(adopted, inst)
+	}
+	ids, err := r.cg.List()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, id := range ids {
+		if !seen[id] {
+			r.log.Info("removing orphaned sandbox cgroup", "sandbox", id)
+			if err := r.purge(ctx, id); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return adopted, errors.Join(errs...)
+}
+
+func (r *Runtime) adopt(ctx context.Context, id string) (*Instance, error) {
+	dir := filepath.Join(r.cfg.StateDir, id)
+	st, err := readState(dir)
+	if err != nil {
+		return nil, err
+	}
+	if st.Spec.ID != id {
+		return nil, errors.New("state file names another sandbox")
+	}
+	if start, err := procStartTime(st.Pid); err != nil || start != st.PidStart {
+		return nil, errors.New("agent process is gone")
+	}
+	cg, err := r.cg.Open(id)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	if owner, used := r.slots[st.Slot]; used && owner != id {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("uid slot %d already used by %s", st.Slot, owner)
+	}
+	r.slots[st.Slot] = id
+	r.mu.Unlock()
+	inst := newInstance(r, dir, st, cg, nil)
+	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := inst.ping(pingCtx); err != nil {
+		r.freeSlot(st.Slot, id)
+		return nil, fmt.Errorf("agent does not answer: %w", err)
+	}
+	r.mu.Lock()
+	r.live[id] = inst
+	r.mu.Unlock()
+	return inst, nil
+}
+
+// purge removes every trace of sandbox id: processes, cgroups, state dir.
+func (r *Runtime) purge(ctx context.Context, id string) error {
+	var errs []error
+	if cg, err := r.cg.Open(id); err == nil {
+		if err := cg.Kill(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		if err := cg.Remove(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	} else if !errors.Is(err, errdefs.ErrNotFound) {
+		errs = append(errs, err)
+	}
+	if err := removeStateDir(filepath.Join(r.cfg.StateDir, id)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("sandbox %s: cleanup: %w", id, err)
+	}
+	return nil
+}
+
+// removeStateDir removes a sandbox's state directory. The mount point in
+// it is only ever mounted in the sandbox's own mount namespace, so by the
+// time the sandbox's processes are gone it is an empty directory.
+func removeStateDir(dir string) error {
+	err := os.RemoveAll(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,313 @@
+package linux
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/cgroups"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/runtime"
+)
+
+// AgentCommand is the argument that makes the airlock binary run as a
+// sandbox's PID 1 (see RunAgent).
+const AgentCommand = "agent"
+
+// File descriptors the agent inherits, in this order.
+const (
+	fdListener = 3 + iota // the control socket's listening fd
+	fdConfig              // read end of the pipe carrying initConfig
+	fdStatus              // write end of the pipe for "ok" or an error
+	fdCgroups             // first delegated cgroup directory
+)
+
+// initConfig is what the daemon tells the agent at start, over fdConfig.
+type initConfig struct {
+	ID       string            `json:"id"`
+	Hostname string            `json:"hostname"`
+	Rootfs   runtime.Rootfs    `json:"rootfs"`
+	Env      map[string]string `json:"env"`
+	Limits   runtime.Limits    `json:"limits"`
+	// MountDir is an empty host directory, owned by the sandbox's root,
+	// on which the agent mounts its writable layer and root filesystem
+	// inside its private mount namespace.
+	MountDir string `json:"mount_dir"`
+	// Cgroups maps controller names to inherited fds of the sandbox's
+	// work cgroup directories ("work") and the agent's own ("agent").
+	CgroupVersion int            `json:"cgroup_version"`
+	WorkCgroups   map[string]int `json:"work_cgroups"`
+	AgentCgroups  map[string]int `json:"agent_cgroups"`
+	LogLevel      string         `json:"log_level"`
+}
+
+// Create implements runtime.Runtime.
+func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Instance, retErr error) {
+	if err := validateSpec(&spec); err != nil {
+		return nil, err
+	}
+	limits, err := r.fillLimits(spec.Limits)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+	spec.Limits = limits
+	slot, err := r.allocSlot(spec.ID)
+	if err != nil {
+		return nil, err
+	}
+	base := r.uidBase(slot)
+	dir := filepath.Join(r.cfg.StateDir, spec.ID)
+
+	var cg *cgroups.Sandbox
+	var cmd *exec.Cmd
+	defer func() {
+		if retErr == nil {
+			return
+		}
+		cleanupCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if cg != nil {
+			_ = cg.Kill(cleanupCtx)
+			_ = cg.Remove(cleanupCtx)
+		} else if cmd != nil && cmd.Process != nil {
+			_ = cmd.Process.Kill()
+		}
+		_ = removeStateDir(dir)
+		r.freeSlot(slot, spec.ID)
+	}()
+
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("sandbox %s: %w", spec.ID, errdefs.ErrAlreadyExists)
+		}
+		return nil, fmt.Errorf("sandbox %s: state dir: %w", spec.ID, err)
+	}
+	mnt := filepath.Join(dir, mntDir)
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+	if err := os.Chown(mnt, int(base), int(base)); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+
+	cg, err = r.cg.Create(spec.ID, cgroups.Limits{
+		MemoryBytes: limits.MemoryBytes,
+		CPUs:        limits.CPUs,
+		Pids:        limits.Pids,
+	}, cgroups.Owner{UID: int(base), GID: int(base)})
+	if err != nil {
+		cg = nil
+		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+
+	ln, err := listenControl(filepath.Join(dir, socketFile))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: control socket: %w", spec.ID, err)
+	}
+	lnFile, err := ln.File()
+	ln.Close() // the agent owns the socket from now on; lnFile keeps it open
+	if err != nil {
+		return nil, err
+	}
+	defer lnFile.Close()
+
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer cfgR.Close()
+	defer cfgW.Close()
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer statusR.Close()
+	defer statusW.Close()
+
+	logf, err := os.OpenFile(filepath.Join(dir, logFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+
+	work, agentDirs, err := cg.Delegate()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+	defer closeFiles(work)
+	defer closeFiles(agentDirs)
+
+	ic := initConfig{
+		ID:            spec.ID,
+		Hostname:      spec.Hostname,
+		Rootfs:        spec.Rootfs,
+		Env:           spec.Env,
+		Limits:        limits,
+		MountDir:      mnt,
+		CgroupVersion: int(r.cg.Version()),
+		WorkCgroups:   map[string]int{},
+		AgentCgroups:  map[string]int{},
+	}
+	extra := []*os.File{lnFile, cfgR, statusW}
+	for _, name := range sortedKeys(work) {
+		ic.WorkCgroups[name] = fdListener + len(extra)
+		extra = append(extra, work[name])
+	}
+	for _, name := range sortedKeys(agentDirs) {
+		ic.AgentCgroups[name] = fdListener + len(extra)
+		extra = append(extra, agentDirs[name])
+	}
+
+	cmd = &exec.Cmd{
+		Path:       r.cfg.AgentPath,
+		Args:       r.cfg.AgentArgs,
+		Env:        []string{}, // nothing of the daemon's environment
+		Dir:        "/",
+		Stderr:     logf,
+		ExtraFiles: extra,
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
+				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: int(r.cfg.UIDRangeSize)}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: int(r.cfg.UIDRangeSize)}},
+			GidMappingsEnableSetgroups: true,
+			Setsid:                     true,
+		},
+	}
+	if err := cmd.Start(); err != nil {
+		cmd = nil
+		return nil, fmt.Errorf("sandbox %s: start agent: %w", spec.ID, err)
+	}
+	pid := cmd.Process.Pid
+	// Reap the agent if it exits while this daemon runs; after a restart
+	// it is no longer our child and init reaps it.
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+
+	if err := cg.MoveToAgent(pid); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+	cfgR.Close()
+	statusW.Close()
+	if err := json.NewEncoder(cfgW).Encode(&ic); err != nil {
+		return nil, fmt.Errorf("sandbox %s: send config: %w", spec.ID, err)
+	}
+	cfgW.Close()
+
+	startCtx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
+	defer cancel()
+	if err := waitReady(startCtx, statusR); err != nil {
+		return nil, fmt.Errorf("sandbox %s: agent: %w", spec.ID, err)
+	}
+	pidStart, err := procStartTime(pid)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: agent exited during start: %w", spec.ID, errdefs.ErrInternal)
+	}
+	st := &state{
+		Spec:      spec,
+		Slot:      slot,
+		UIDBase:   base,
+		Pid:       pid,
+		PidStart:  pidStart,
+		CreatedAt: time.Now().UTC(),
+	}
+	if err := writeState(dir, st); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+	inst := newInstance(r, dir, st, cg, exited)
+	r.mu.Lock()
+	r.live[spec.ID] = inst
+	r.mu.Unlock()
+	return inst, nil
+}
+
+// listenControl creates the agent's control socket, readable only by root.
+func listenControl(path string) (*net.UnixListener, error) {
+	_ = os.Remove(path)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(false)
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+// waitReady reads the agent's one-line start status: "ok" or an error.
+func waitReady(ctx context.Context, statusR *os.File) error {
+	type result struct {
+		line string
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		line, err := bufio.NewReader(statusR).ReadString('\n')
+		done <- result{strings.TrimSpace(line), err}
+	}()
+	select {
+	case res := <-done:
+		if res.line == "ok" {
+			return nil
+		}
+		if res.line != "" {
+			return fmt.Errorf("%s: %w", res.line, errdefs.ErrInternal)
+		}
+		return fmt.Errorf("exited during setup: %w", errdefs.ErrInternal)
+	case <-ctx.Done():
+		statusR.Close() // unblocks the reader
+		return fmt.Errorf("not ready in time: %w", errdefs.ErrTimeout)
+	}
+}
+
+// procStartTime returns a process's start time in clock ticks since boot
+// (field 22 of /proc/<pid>/stat), which tells a live process from a later
+// one that reused its pid.
+func procStartTime(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	// comm (field 2) may contain spaces and parentheses; fields after the
+	// last ')' are well-formed.
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, errors.New("malformed stat")
+	}
+	fields := strings.Fields(s[i+1:])
+	// fields[0] is field 3 (state); starttime is field 22.
+	if len(fields) < 20 {
+		return 0, errors.New("malformed stat")
+	}
+	if fields[0] == "Z" || fields[0] == "X" {
+		return 0, errors.New("process is a zombie")
+	}
+	return strconv.ParseUint(fields[19], 10, 64)
+}
+
+func closeFiles(m map[string]*os.File) {
+	for _, f := range m {
+		f.Close()
+	}
+}
+
+func sortedKeys(m map[string]*os.File) []string {
+	return slices.Sorted(maps.Keys(m))
+}
