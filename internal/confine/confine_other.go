@@ -1,0 +1,19 @@
+//go:build !linux
+
+package confine
+
+import (
+	"fmt"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+// Apply is only implemented on Linux.
+func Apply(p Policy) (Result, error) {
+	return Result{}, fmt.Errorf("confine: %w on this operating system", errdefs.ErrNotSupported)
+}
+
+// Status is only implemented on Linux.
+func Status() (State, error) {
+	return State{}, fmt.Errorf("confine: %w on this operating system", errdefs.ErrNotSupported)
+}
