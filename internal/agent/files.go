@@ -1,12 +1,607 @@
+//go:build linux
+
 package agent
 
-// PLACEHOLDER: replaced by the file service implementation.
+import (
+	"context"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"time"
 
-import "github.com/airlock-sandbox/airlock/gen/airlock/agent/v1/agentv1connect"
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
+	agentv1 "github.com/airlock-sandbox/airlock/gen/airlock/agent/v1"
+	"github.com/airlock-sandbox/airlock/gen/airlock/agent/v1/agentv1connect"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+// The file service: reads and writes the sandbox filesystem for the daemon.
+//
+// Every path resolves inside Options.Root (see pathres.go). The agent acts
+// as root inside the sandbox; the requesting user only decides where
+// relative paths start (its home) and, with Options.SwitchUser, who owns
+// the files and directories a request creates. Replacing an existing file
+// keeps its owner.
+//
+// Errors name the sandbox path and map errno onto classes as documented
+// on fsErrnoClass.
+
+const (
+	// fsMaxListEntries caps one ListDir response.
+	fsMaxListEntries = 10000
+	// fsMaxListDepth caps ListDir's depth (each level holds a dir fd).
+	fsMaxListDepth = 256
+	// fsMaxRemoveDepth caps the nesting a recursive Remove descends into.
+	fsMaxRemoveDepth = 1024
+	// fsChunkSize is the data size of one Read or Write message.
+	fsChunkSize = 256 << 10
+	// fsDefaultFileMode and fsDefaultDirMode apply when a request gives 0.
+	fsDefaultFileMode = 0o644
+	fsDefaultDirMode  = 0o755
+	// fsModeMask is what Chmod and the mode fields accept.
+	fsModeMask = 0o7777
+	// fsKeepalive is how long a Watch stream may stay silent.
+	fsKeepalive = 15 * time.Second
+	// fsMaxWatches caps the directories one Watch observes.
+	fsMaxWatches = 1000
+)
+
+var _ agentv1connect.FileServiceHandler = (*fileService)(nil)
+
+// fileService implements agentv1connect.FileServiceHandler.
 type fileService struct {
-	agentv1connect.UnimplementedFileServiceHandler
+	res         *fsResolver
+	users       map[string]User
+	defaultUser string
+	switchUser  bool
+	keepalive   time.Duration
+	maxWatches  int
+	maxList     int
+
+	mu      sync.Mutex
+	watches map[*fsWatcher]struct{} // active Watch streams
+	closed  bool
 }
 
-func newFileService(a *Agent) (*fileService, error) { return &fileService{}, nil }
-func (s *fileService) close() error                 { return nil }
+// newFileService opens Options.Root for resolution.
+func newFileService(a *Agent) (*fileService, error) {
+	res, err := newFSResolver(a.opts.Root)
+	if err != nil {
+		return nil, err
+	}
+	return &fileService{
+		res:         res,
+		users:       a.opts.Users,
+		defaultUser: a.opts.DefaultUser,
+		switchUser:  a.opts.SwitchUser,
+		keepalive:   fsKeepalive,
+		maxWatches:  fsMaxWatches,
+		maxList:     fsMaxListEntries,
+		watches:     make(map[*fsWatcher]struct{}),
+	}, nil
+}
+
+// close ends every Watch stream and releases the root fd. Later requests
+// fail with Unavailable.
+func (s *fileService) close() error {
+	s.mu.Lock()
+	s.closed = true
+	for w := range s.watches {
+		w.close()
+	}
+	s.mu.Unlock()
+	return s.res.close()
+}
+
+// user returns the account a request names ("" is the default user).
+func (s *fileService) user(name string) (User, error) {
+	if name == "" {
+		name = s.defaultUser
+	}
+	u, ok := s.users[name]
+	if !ok {
+		return User{}, fmt.Errorf("unknown user %q: %w", name, errdefs.ErrInvalidArgument)
+	}
+	return u, nil
+}
+
+// clean validates a request path; relative paths start at the home of
+// the named user.
+func (s *fileService) clean(p, userName string) (string, error) {
+	u, err := s.user(userName)
+	if err != nil {
+		return "", err
+	}
+	return fsCleanPath(p, u.Home)
+}
+
+// fsEntry describes a file from its stat.
+func fsEntry(p string, st *unix.Stat_t, target string) *agentv1.EntryInfo {
+	e := &agentv1.EntryInfo{
+		Name:             path.Base(p),
+		Path:             p,
+		Size:             st.Size,
+		Mode:             st.Mode & fsModeMask,
+		Uid:              st.Uid,
+		Gid:              st.Gid,
+		ModifiedUnixNano: st.Mtim.Nano(),
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		e.Type = agentv1.FileType_FILE_TYPE_FILE
+	case unix.S_IFDIR:
+		e.Type = agentv1.FileType_FILE_TYPE_DIRECTORY
+	case unix.S_IFLNK:
+		e.Type = agentv1.FileType_FILE_TYPE_SYMLINK
+		e.SymlinkTarget = target
+	default:
+		e.Type = agentv1.FileType_FILE_TYPE_OTHER
+	}
+	return e
+}
+
+// fsReadlinkAt reads the target of the symlink name in dirfd.
+func fsReadlinkAt(dirfd int, name string) (string, error) {
+	buf := make([]byte, 256)
+	for {
+		n, err := unix.Readlinkat(dirfd, name, buf)
+		if err != nil {
+			return "", err
+		}
+		if n < len(buf) {
+			return string(buf[:n]), nil
+		}
+		if len(buf) > 2*fsMaxPathLen {
+			return "", unix.ENAMETOOLONG
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// lstatAt describes name in dirfd without following a symlink; p is its
+// sandbox path.
+func fsLstatAt(dirfd int, name, p string) (*agentv1.EntryInfo, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, err
+	}
+	target := ""
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		t, err := fsReadlinkAt(dirfd, name)
+		if err != nil && err != unix.EINVAL { // EINVAL: replaced meanwhile
+			return nil, err
+		}
+		target = t
+	}
+	return fsEntry(p, &st, target), nil
+}
+
+// lstat describes the clean sandbox path p (lstat semantics).
+func (s *fileService) lstat(p string) (*agentv1.EntryInfo, error) {
+	if p == "/" {
+		fd, err := s.res.open("/", unix.O_PATH|unix.O_DIRECTORY)
+		if err != nil {
+			return nil, err
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return nil, err
+		}
+		e := fsEntry(p, &st, "")
+		e.Name = "/"
+		return e, nil
+	}
+	pfd, name, err := s.res.openParent(p)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(pfd)
+	return fsLstatAt(pfd, name, p)
+}
+
+// Stat describes a path without following a final symlink.
+func (s *fileService) Stat(ctx context.Context, req *connect.Request[agentv1.StatRequest]) (*connect.Response[agentv1.StatResponse], error) {
+	p, err := s.clean(req.Msg.GetPath(), "")
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	e, err := s.lstat(p)
+	if err != nil {
+		return nil, toConnect(fsErr("stat", p, err))
+	}
+	return connect.NewResponse(&agentv1.StatResponse{Entry: e}), nil
+}
+
+// ListDir lists a directory (following a symlink at the path itself) to
+// the requested depth, never descending into symlinked directories.
+func (s *fileService) ListDir(ctx context.Context, req *connect.Request[agentv1.ListDirRequest]) (*connect.Response[agentv1.ListDirResponse], error) {
+	p, err := s.clean(req.Msg.GetPath(), "")
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	depth := int(req.Msg.GetDepth())
+	if depth == 0 {
+		depth = 1
+	}
+	if depth > fsMaxListDepth {
+		return nil, toConnect(fmt.Errorf("depth %d is more than %d: %w", depth, fsMaxListDepth, errdefs.ErrInvalidArgument))
+	}
+	fd, err := s.res.open(p, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, toConnect(fsErr("list", p, err))
+	}
+	l := fsLister{ctx: ctx, max: s.maxList}
+	err = l.walk(fd, p, depth)
+	unix.Close(fd)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&agentv1.ListDirResponse{Entries: l.entries, Truncated: l.truncated}), nil
+}
+
+// fsLister collects a depth-first listing, parents before children, each
+// directory's entries sorted by name.
+type fsLister struct {
+	ctx       context.Context
+	max       int
+	entries   []*agentv1.EntryInfo
+	truncated bool
+}
+
+func (l *fsLister) walk(dirfd int, dir string, depth int) error {
+	if err := l.ctx.Err(); err != nil {
+		return fmt.Errorf("list %s: %w", dir, errdefs.ErrCanceled)
+	}
+	// One name more than fits tells whether the listing is truncated.
+	names, err := fsReadNames(dirfd, l.max-len(l.entries)+1)
+	if err != nil {
+		return fsErr("list", dir, err)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if len(l.entries) >= l.max {
+			l.truncated = true
+			return nil
+		}
+		p := path.Join(dir, name)
+		e, err := fsLstatAt(dirfd, name, p)
+		if err == unix.ENOENT {
+			continue // removed since the directory was read
+		}
+		if err != nil {
+			return fsErr("list", p, err)
+		}
+		l.entries = append(l.entries, e)
+		if depth <= 1 || e.Type != agentv1.FileType_FILE_TYPE_DIRECTORY {
+			continue
+		}
+		// O_NOFOLLOW: a directory swapped for a symlink since the stat is
+		// not followed (ELOOP or ENOTDIR) and simply not descended into.
+		sub, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		switch err {
+		case nil:
+		case unix.ENOENT, unix.ELOOP, unix.ENOTDIR:
+			continue
+		default:
+			return fsErr("list", p, err)
+		}
+		err = l.walk(sub, p, depth-1)
+		unix.Close(sub)
+		if err != nil || l.truncated {
+			return err
+		}
+	}
+	return nil
+}
+
+// MakeDir creates a directory; with parents, missing parents too and an
+// existing directory is not an error.
+func (s *fileService) MakeDir(ctx context.Context, req *connect.Request[agentv1.MakeDirRequest]) (*connect.Response[agentv1.MakeDirResponse], error) {
+	m := req.Msg
+	u, err := s.user(m.GetUser())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	p, err := fsCleanPath(m.GetPath(), u.Home)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	mode := m.GetMode()
+	if mode&^fsModeMask != 0 {
+		return nil, toConnect(fsInvalid("mkdir", p, fmt.Sprintf("mode %#o has bits outside 07777", mode)))
+	}
+	if mode == 0 {
+		mode = fsDefaultDirMode
+	}
+	if m.GetParents() {
+		fd, err := s.mkdirAll(p, mode, u)
+		if err != nil {
+			return nil, toConnect(err)
+		}
+		unix.Close(fd)
+	} else {
+		if p == "/" {
+			return nil, toConnect(fsErr("mkdir", p, unix.EEXIST))
+		}
+		pfd, name, err := s.res.openParent(p)
+		if err != nil {
+			return nil, toConnect(fsErr("mkdir", p, err))
+		}
+		err = s.mkdirAt(pfd, name, mode, u)
+		unix.Close(pfd)
+		if err != nil {
+			return nil, toConnect(fsErr("mkdir", p, err))
+		}
+	}
+	e, err := s.lstat(p)
+	if err != nil {
+		return nil, toConnect(fsErr("mkdir", p, err))
+	}
+	return connect.NewResponse(&agentv1.MakeDirResponse{Entry: e}), nil
+}
+
+// mkdirAt creates the directory name in dirfd with exactly mode, owned by
+// u when the service switches users.
+func (s *fileService) mkdirAt(dirfd int, name string, mode uint32, u User) error {
+	if err := unix.Mkdirat(dirfd, name, 0o700); err != nil {
+		return err
+	}
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if s.switchUser {
+		if err := unix.Fchown(fd, int(u.UID), int(u.GID)); err != nil {
+			return err
+		}
+	}
+	return unix.Fchmod(fd, mode) // after chown, and not subject to umask
+}
+
+// mkdirAll makes sure the clean path p is a directory, creating missing
+// components (the last with mode, the others 0755), and returns an O_PATH
+// fd of it. Every component is resolved from Root, so symlinks on the way
+// resolve inside Root.
+func (s *fileService) mkdirAll(p string, mode uint32, u User) (int, error) {
+	fd, err := s.res.open(p, unix.O_PATH|unix.O_DIRECTORY)
+	if err == nil {
+		return fd, nil
+	}
+	if err != unix.ENOENT {
+		return -1, fsErr("mkdir", p, err)
+	}
+	cur, err := s.res.open("/", unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return -1, fsErr("mkdir", "/", err)
+	}
+	dir := "/"
+	comps := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	for i, c := range comps {
+		next := path.Join(dir, c)
+		fd, err := s.res.open(next, unix.O_PATH|unix.O_DIRECTORY)
+		if err == unix.ENOENT {
+			m := uint32(fsDefaultDirMode)
+			if i == len(comps)-1 {
+				m = mode
+			}
+			if err = s.mkdirAt(cur, c, m, u); err == nil || err == unix.EEXIST {
+				fd, err = s.res.open(next, unix.O_PATH|unix.O_DIRECTORY)
+			}
+		}
+		unix.Close(cur)
+		if err != nil {
+			return -1, fsErr("mkdir", next, err)
+		}
+		cur, dir = fd, next
+	}
+	return cur, nil
+}
+
+// Move renames a file or directory. Both paths resolve inside Root; an
+// existing destination file is replaced as by rename(2).
+func (s *fileService) Move(ctx context.Context, req *connect.Request[agentv1.MoveRequest]) (*connect.Response[agentv1.MoveResponse], error) {
+	src, err := s.clean(req.Msg.GetSource(), "")
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	dst, err := s.clean(req.Msg.GetDestination(), "")
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if src == "/" || dst == "/" {
+		return nil, toConnect(fsInvalid("move", "/", "cannot move the root directory"))
+	}
+	sfd, sname, err := s.res.openParent(src)
+	if err != nil {
+		return nil, toConnect(fsErr("move", src, err))
+	}
+	defer unix.Close(sfd)
+	dfd, dname, err := s.res.openParent(dst)
+	if err != nil {
+		return nil, toConnect(fsErr("move", dst, err))
+	}
+	defer unix.Close(dfd)
+	if err := unix.Renameat2(sfd, sname, dfd, dname, 0); err != nil {
+		p := src
+		if err == unix.EISDIR || err == unix.ENOTEMPTY || err == unix.EEXIST {
+			p = dst
+		}
+		return nil, toConnect(fsErr("move", p, err))
+	}
+	e, err := fsLstatAt(dfd, dname, dst)
+	if err != nil {
+		return nil, toConnect(fsErr("move", dst, err))
+	}
+	return connect.NewResponse(&agentv1.MoveResponse{Entry: e}), nil
+}
+
+// Remove deletes a file, symlink (not its target) or, with recursive, a
+// directory tree. Removing "/" is refused.
+func (s *fileService) Remove(ctx context.Context, req *connect.Request[agentv1.RemoveRequest]) (*connect.Response[agentv1.RemoveResponse], error) {
+	p, err := s.clean(req.Msg.GetPath(), "")
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if p == "/" {
+		return nil, toConnect(fsInvalid("remove", p, "refusing to remove the root directory"))
+	}
+	pfd, name, err := s.res.openParent(p)
+	if err != nil {
+		return nil, toConnect(fsErr("remove", p, err))
+	}
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, toConnect(fsErr("remove", p, err))
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+		err = unix.Unlinkat(pfd, name, 0)
+	case !req.Msg.GetRecursive():
+		err = unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR)
+		if err == unix.ENOTEMPTY || err == unix.EEXIST {
+			return nil, toConnect(&fsError{op: "remove", path: p,
+				err: fmt.Errorf("directory not empty (remove it recursively)"), class: errdefs.ErrFailedPrecondition})
+		}
+	default:
+		err = fsRemoveTree(ctx, pfd, name, 0)
+	}
+	if err != nil {
+		return nil, toConnect(fsErr("remove", p, err))
+	}
+	return connect.NewResponse(&agentv1.RemoveResponse{}), nil
+}
+
+// fsRemoveTree removes name in dirfd and, if it is a directory, everything
+// under it. It walks with directory fds opened O_NOFOLLOW and unlinkat, so
+// a symlink anywhere in the tree is removed, never followed, even if it
+// replaces a directory mid-walk.
+func fsRemoveTree(ctx context.Context, dirfd int, name string, depth int) error {
+	for range 8 { // retries when the tree changes under the walk
+		err := unix.Unlinkat(dirfd, name, 0)
+		if err == nil || err == unix.ENOENT {
+			return nil
+		}
+		if err != unix.EISDIR {
+			return err
+		}
+		if depth >= fsMaxRemoveDepth {
+			return unix.ENAMETOOLONG
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("remove: %w", errdefs.ErrCanceled)
+		}
+		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		switch err {
+		case nil:
+		case unix.ENOENT:
+			return nil
+		case unix.ELOOP, unix.ENOTDIR:
+			continue // swapped for a symlink or file: unlink it
+		default:
+			return err
+		}
+		err = fsEmptyDir(ctx, fd, depth+1)
+		unix.Close(fd)
+		if err != nil {
+			return err
+		}
+		err = unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
+		switch err {
+		case nil, unix.ENOENT:
+			return nil
+		case unix.ENOTEMPTY, unix.EEXIST, unix.ENOTDIR:
+			continue // something was created meanwhile
+		default:
+			return err
+		}
+	}
+	return unix.EBUSY
+}
+
+// fsEmptyDir removes everything in the directory fd.
+func fsEmptyDir(ctx context.Context, fd int, depth int) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("remove: %w", errdefs.ErrCanceled)
+		}
+		if _, err := unix.Seek(fd, 0, 0); err != nil {
+			return err
+		}
+		names, err := fsReadNames(fd, 1024)
+		if err != nil {
+			return err
+		}
+		if len(names) == 0 {
+			return nil
+		}
+		for _, n := range names {
+			if err := fsRemoveTree(ctx, fd, n, depth); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// Chmod sets the permission bits (07777) of a file or directory. Symlinks
+// are refused rather than followed.
+func (s *fileService) Chmod(ctx context.Context, req *connect.Request[agentv1.ChmodRequest]) (*connect.Response[agentv1.ChmodResponse], error) {
+	p, err := s.clean(req.Msg.GetPath(), "")
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	mode := req.Msg.GetMode()
+	if mode&^fsModeMask != 0 {
+		return nil, toConnect(fsInvalid("chmod", p, fmt.Sprintf("mode %#o has bits outside 07777", mode)))
+	}
+	var fd int
+	if p == "/" {
+		fd, err = s.res.open(p, unix.O_PATH|unix.O_DIRECTORY)
+	} else {
+		var pfd int
+		var name string
+		if pfd, name, err = s.res.openParent(p); err == nil {
+			fd, err = unix.Openat(pfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			unix.Close(pfd)
+		}
+	}
+	if err != nil {
+		return nil, toConnect(fsErr("chmod", p, err))
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, toConnect(fsErr("chmod", p, err))
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return nil, toConnect(fsInvalid("chmod", p, "is a symlink"))
+	}
+	if err := fsChmodFD(fd, mode); err != nil {
+		return nil, toConnect(fsErr("chmod", p, err))
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, toConnect(fsErr("chmod", p, err))
+	}
+	e := fsEntry(p, &st, "")
+	if p == "/" {
+		e.Name = "/"
+	}
+	return connect.NewResponse(&agentv1.ChmodResponse{Entry: e}), nil
+}
+
+// fsChmodFD changes the mode of the file an O_PATH fd refers to: with
+// fchmodat2(AT_EMPTY_PATH) (Linux 6.6+), else through its /proc magic
+// link, which names exactly that inode.
+func fsChmodFD(fd int, mode uint32) error {
+	err := unix.Fchmodat(fd, "", mode, unix.AT_EMPTY_PATH)
+	if err == unix.EOPNOTSUPP || err == unix.ENOSYS {
+		err = unix.Chmod(fsProcFD(fd), mode)
+	}
+	return err
+}

@@ -1,0 +1,369 @@
+//go:build linux
+
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"path"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+
+	agentv1 "github.com/airlock-sandbox/airlock/gen/airlock/agent/v1"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+// Read streams a regular file (following symlinks inside Root) in chunks
+// of fsChunkSize; the first message carries the entry. Directories, FIFOs,
+// devices and sockets are refused.
+func (s *fileService) Read(ctx context.Context, req *connect.Request[agentv1.ReadRequest], stream *connect.ServerStream[agentv1.ReadResponse]) error {
+	p, err := s.clean(req.Msg.GetPath(), "")
+	if err != nil {
+		return toConnect(err)
+	}
+	off, limit := req.Msg.GetOffset(), req.Msg.GetLimit()
+	if off < 0 || limit < 0 {
+		return toConnect(fsInvalid("read", p, "offset and limit must not be negative"))
+	}
+	// O_NONBLOCK keeps a FIFO from blocking the open; O_NOCTTY keeps a
+	// terminal from becoming ours. Both are refused below.
+	fd, err := s.res.open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
+	if err != nil {
+		return toConnect(fsErr("read", p, err))
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return toConnect(fsErr("read", p, err))
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+	case unix.S_IFDIR:
+		return toConnect(fsErr("read", p, unix.EISDIR))
+	default:
+		return toConnect(fsInvalid("read", p, "not a regular file"))
+	}
+	first := &agentv1.ReadResponse{Entry: fsEntry(p, &st, "")}
+	buf := make([]byte, fsChunkSize)
+	for {
+		if err := ctx.Err(); err != nil {
+			return toConnect(fmt.Errorf("read %s: %w", p, errdefs.ErrCanceled))
+		}
+		want := int64(len(buf))
+		if limit > 0 && want > limit {
+			want = limit
+		}
+		n := 0
+		if want > 0 {
+			n, err = unix.Pread(fd, buf[:want], off)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return toConnect(fsErr("read", p, err))
+			}
+		}
+		if n == 0 && first == nil {
+			return nil
+		}
+		msg := first
+		if msg == nil {
+			msg = &agentv1.ReadResponse{}
+		}
+		first = nil
+		msg.Data = buf[:n]
+		if err := stream.Send(msg); err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		off += int64(n)
+		if limit > 0 {
+			if limit -= int64(n); limit == 0 {
+				return nil
+			}
+		}
+	}
+}
+
+// fsWriteHeader is the validated header of a Write stream.
+type fsWriteHeader struct {
+	path    string // clean sandbox path as requested
+	mode    uint32 // 0 means: keep the old file's, or fsDefaultFileMode
+	user    User
+	parents bool
+	append  bool
+}
+
+// Write writes a file from a client stream. Unless appending, it writes a
+// temporary file next to the target and renames it over the target once
+// the stream ends cleanly, so readers see the old or the new content and a
+// failed or cancelled write leaves the old file untouched and no temporary
+// file behind. A final-component symlink is followed inside Root; the
+// file it finally names must be a regular file or not exist.
+func (s *fileService) Write(ctx context.Context, stream *connect.ClientStream[agentv1.WriteRequest]) (*connect.Response[agentv1.WriteResponse], error) {
+	if !stream.Receive() {
+		if err := stream.Err(); err != nil {
+			return nil, err
+		}
+		return nil, toConnect(fmt.Errorf("write: the stream carried no header: %w", errdefs.ErrInvalidArgument))
+	}
+	m := stream.Msg()
+	u, err := s.user(m.GetUser())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	p, err := fsCleanPath(m.GetPath(), u.Home)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	h := fsWriteHeader{path: p, mode: m.GetMode(), user: u, parents: m.GetMakeParents(), append: m.GetAppend()}
+	if h.mode&^fsModeMask != 0 {
+		return nil, toConnect(fsInvalid("write", p, fmt.Sprintf("mode %#o has bits outside 07777", h.mode)))
+	}
+	if p == "/" {
+		return nil, toConnect(fsErr("write", p, unix.EISDIR))
+	}
+	if h.parents {
+		fd, err := s.mkdirAll(path.Dir(p), fsDefaultDirMode, u)
+		if err != nil {
+			return nil, toConnect(err)
+		}
+		unix.Close(fd)
+	}
+	t, err := s.writeTarget(p)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	defer unix.Close(t.dirfd)
+	var n uint64
+	if h.append {
+		n, err = s.writeAppend(ctx, stream, m.GetData(), t, h)
+	} else {
+		n, err = s.writeReplace(ctx, stream, m.GetData(), t, h)
+	}
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	e, err := fsLstatAt(t.dirfd, t.name, t.path)
+	if err != nil {
+		return nil, toConnect(fsErr("write", t.path, err))
+	}
+	return connect.NewResponse(&agentv1.WriteResponse{Entry: e, BytesWritten: n}), nil
+}
+
+// fsWriteTarget is the file a Write goes to once final symlinks are
+// followed: name in the directory dirfd (an O_PATH fd), at sandbox path
+// path. old is its stat, nil when it does not exist yet.
+type fsWriteTarget struct {
+	dirfd int
+	name  string
+	path  string
+	old   *unix.Stat_t
+}
+
+// writeTarget follows symlinks in the final component of the clean path
+// p, each resolved from Root, until it reaches a regular file or a name
+// that does not exist. Anything else is refused.
+func (s *fileService) writeTarget(p string) (fsWriteTarget, error) {
+	for range fsMaxSymlinks {
+		if p == "/" {
+			return fsWriteTarget{}, fsErr("write", p, unix.EISDIR)
+		}
+		dirfd, name, err := s.res.openParent(p)
+		if err != nil {
+			return fsWriteTarget{}, fsErr("write", p, err)
+		}
+		var st unix.Stat_t
+		err = unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+		if err == unix.ENOENT {
+			return fsWriteTarget{dirfd: dirfd, name: name, path: p}, nil
+		}
+		if err != nil {
+			unix.Close(dirfd)
+			return fsWriteTarget{}, fsErr("write", p, err)
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			return fsWriteTarget{dirfd: dirfd, name: name, path: p, old: &st}, nil
+		case unix.S_IFDIR:
+			unix.Close(dirfd)
+			return fsWriteTarget{}, fsErr("write", p, unix.EISDIR)
+		case unix.S_IFLNK:
+		default:
+			unix.Close(dirfd)
+			return fsWriteTarget{}, fsInvalid("write", p, "not a regular file")
+		}
+		// A symlink: its target is relative to the directory's real
+		// location, and resolves from Root again on the next round.
+		target, err := fsReadlinkAt(dirfd, name)
+		if err == nil && !path.IsAbs(target) {
+			var dir string
+			if dir, err = s.res.sandboxPath(dirfd); err == nil {
+				target = path.Join(dir, target)
+			}
+		}
+		unix.Close(dirfd)
+		if err != nil {
+			return fsWriteTarget{}, fsErr("write", p, err)
+		}
+		next, err := fsCleanPath(target, "/")
+		if err != nil {
+			return fsWriteTarget{}, fsInvalid("write", p, "bad symlink target")
+		}
+		p = next
+	}
+	return fsWriteTarget{}, fsErr("write", p, unix.ELOOP)
+}
+
+// writeReplace writes the stream to a temporary file in the target's
+// directory and renames it over the target.
+func (s *fileService) writeReplace(ctx context.Context, stream *connect.ClientStream[agentv1.WriteRequest], first []byte, t fsWriteTarget, h fsWriteHeader) (uint64, error) {
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := ".airlock-write-" + hex.EncodeToString(rnd[:]) + ".tmp"
+	fd, err := unix.Openat(t.dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return 0, fsErr("write", t.path, err)
+	}
+	done := false
+	defer func() {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		if !done {
+			_ = unix.Unlinkat(t.dirfd, tmp, 0)
+		}
+	}()
+	mode := h.mode
+	uid, gid := int(h.user.UID), int(h.user.GID)
+	if t.old != nil {
+		// A replacement keeps the owner and the permission bits (but not
+		// setuid/setgid) of the file it replaces unless told otherwise.
+		uid, gid = int(t.old.Uid), int(t.old.Gid)
+		if mode == 0 {
+			mode = t.old.Mode & 0o1777
+		}
+	}
+	if mode == 0 {
+		mode = fsDefaultFileMode
+	}
+	if s.switchUser {
+		if err := unix.Fchown(fd, uid, gid); err != nil {
+			return 0, fsErr("write", t.path, err)
+		}
+	}
+	n, err := fsCopyStream(ctx, fd, first, stream, t.path)
+	if err != nil {
+		return n, err
+	}
+	if err := unix.Fchmod(fd, mode); err != nil {
+		return n, fsErr("write", t.path, err)
+	}
+	err = unix.Close(fd)
+	fd = -1
+	if err != nil {
+		return n, fsErr("write", t.path, err)
+	}
+	if err := unix.Renameat(t.dirfd, tmp, t.dirfd, t.name); err != nil {
+		return n, fsErr("write", t.path, err)
+	}
+	done = true
+	return n, nil
+}
+
+// writeAppend appends the stream to the target in place, creating it if
+// it does not exist. A failed append keeps what was written.
+func (s *fileService) writeAppend(ctx context.Context, stream *connect.ClientStream[agentv1.WriteRequest], first []byte, t fsWriteTarget, h fsWriteHeader) (uint64, error) {
+	const flags = unix.O_WRONLY | unix.O_APPEND | unix.O_NOFOLLOW | unix.O_NOCTTY | unix.O_NONBLOCK | unix.O_CLOEXEC
+	fd, err := s.openAppend(t, h, flags)
+	if err != nil {
+		return 0, err
+	}
+	n, err := fsCopyStream(ctx, fd, first, stream, t.path)
+	if cerr := unix.Close(fd); err == nil && cerr != nil {
+		err = fsErr("write", t.path, cerr)
+	}
+	return n, err
+}
+
+// openAppend opens (or creates) the target for appending.
+func (s *fileService) openAppend(t fsWriteTarget, h fsWriteHeader, flags int) (int, error) {
+	if t.old == nil {
+		fd, err := unix.Openat(t.dirfd, t.name, flags|unix.O_CREAT|unix.O_EXCL, 0o600)
+		if err != nil {
+			return -1, fsErr("write", t.path, err)
+		}
+		if err := s.initNewFile(fd, h); err != nil {
+			unix.Close(fd)
+			return -1, fsErr("write", t.path, err)
+		}
+		return fd, nil
+	}
+	// O_NOFOLLOW fails if the name became a symlink; the fstat refuses
+	// anything else that is not a regular file.
+	fd, err := unix.Openat(t.dirfd, t.name, flags, 0)
+	if err != nil {
+		return -1, fsErr("write", t.path, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, fsErr("write", t.path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return -1, fsInvalid("write", t.path, "not a regular file")
+	}
+	return fd, nil
+}
+
+// initNewFile gives a file the append path created its owner and mode.
+func (s *fileService) initNewFile(fd int, h fsWriteHeader) error {
+	if s.switchUser {
+		if err := unix.Fchown(fd, int(h.user.UID), int(h.user.GID)); err != nil {
+			return err
+		}
+	}
+	mode := h.mode
+	if mode == 0 {
+		mode = fsDefaultFileMode
+	}
+	return unix.Fchmod(fd, mode)
+}
+
+// fsCopyStream writes first and then the data of every further message
+// to fd. It fails if the stream ends with an error (a cancelled or broken
+// upload).
+func fsCopyStream(ctx context.Context, fd int, first []byte, stream *connect.ClientStream[agentv1.WriteRequest], p string) (uint64, error) {
+	var total uint64
+	data := first
+	for {
+		for len(data) > 0 {
+			n, err := unix.Write(fd, data)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return total, fsErr("write", p, err)
+			}
+			total += uint64(n)
+			data = data[n:]
+		}
+		if !stream.Receive() {
+			break
+		}
+		data = stream.Msg().GetData()
+	}
+	if err := stream.Err(); err != nil {
+		if ctx.Err() != nil {
+			return total, fmt.Errorf("write %s: %w", p, errdefs.ErrCanceled)
+		}
+		return total, err
+	}
+	return total, nil
+}
