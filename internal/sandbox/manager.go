@@ -1,0 +1,736 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/agentclient"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/runtime"
+	"github.com/airlock-sandbox/airlock/internal/template"
+)
+
+// Manager owns the sandboxes of one runtime. It is safe for concurrent
+// use.
+//
+// Lifecycle: New, then Start (adopts what a previous daemon left running
+// and starts the reaper, health checks and pool fillers), then any
+// operations, then Close (stops background work and destroys idle pool
+// members; sandboxes keep running so that the next daemon adopts them).
+type Manager struct {
+	rt        runtime.Runtime
+	templates *template.Registry
+	cfg       Config
+	log       *slog.Logger
+	state     stateStore
+
+	mu      sync.Mutex
+	records map[string]*record
+	active  int // records creating, running, stopping or failed
+	started bool
+	closed  bool
+	pools   map[string]*pool
+
+	stop    context.CancelFunc // ends background work
+	bg      sync.WaitGroup
+	fillSem chan struct{} // bounds pool members being created
+}
+
+// record is the manager's view of one sandbox. Its fields are guarded by
+// Manager.mu, except that inst and client are set once (before the record
+// leaves StateCreating) and read without the lock afterwards.
+type record struct {
+	sb     Sandbox
+	inst   runtime.Instance
+	client *agentclient.Client
+
+	inflight      int  // exec/file operations in progress
+	healthFails   int  // consecutive failed pings
+	unhealthy     bool // failed because of health checks (may recover)
+	destroyWanted bool // Destroy was called while creating
+
+	created    chan struct{} // closed when creation ends, either way
+	destroying chan struct{} // non-nil while a destroy runs; closed at its end
+	destroyErr error         // result of the last destroy
+
+	saveMu sync.Mutex // serialises state-file writes of this sandbox
+}
+
+// snapshot returns a copy of the sandbox's state. Call with Manager.mu
+// held.
+func (r *record) snapshot() Sandbox {
+	sb := r.sb
+	sb.Env = cloneMap(sb.Env)
+	sb.Metadata = cloneMap(sb.Metadata)
+	return sb
+}
+
+// New returns a manager for rt. It validates cfg (after filling defaults)
+// and checks that every pooled template is registered. It starts nothing;
+// call Start.
+func New(rt runtime.Runtime, templates *template.Registry, cfg Config, log *slog.Logger) (*Manager, error) {
+	if rt == nil || templates == nil {
+		return nil, fmt.Errorf("sandbox: runtime and templates are required: %w", errdefs.ErrInvalidArgument)
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	for name := range cfg.PoolSize {
+		if _, err := templates.Get(name); err != nil {
+			return nil, fmt.Errorf("sandbox config: pool: %w", err)
+		}
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	st := stateStore{dir: cfg.StateDir}
+	if err := st.init(); err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		rt:        rt,
+		templates: templates,
+		cfg:       cfg,
+		log:       log,
+		state:     st,
+		records:   make(map[string]*record),
+		pools:     make(map[string]*pool),
+		fillSem:   make(chan struct{}, cfg.PoolFillConcurrency),
+	}
+	for name, n := range cfg.PoolSize {
+		if n > 0 {
+			m.pools[name] = &pool{template: name, size: n, wake: make(chan struct{}, 1)}
+		}
+	}
+	return m, nil
+}
+
+// Config returns the effective configuration (defaults filled in).
+func (m *Manager) Config() Config {
+	c := m.cfg
+	c.PoolSize = make(map[string]int, len(m.cfg.PoolSize))
+	for k, v := range m.cfg.PoolSize {
+		c.PoolSize[k] = v
+	}
+	return c
+}
+
+// Start adopts the sandboxes the runtime recovers and starts background
+// work. Adopted sandboxes get their record back from the state file or,
+// failing that, from their creation labels; those already expired,
+// unclaimed pool members and sandboxes without a readable record are
+// destroyed. Errors the runtime reports while cleaning up what it could
+// not recover are logged, not fatal. Start may be called once.
+func (m *Manager) Start(ctx context.Context) error {
+	m.mu.Lock()
+	if m.started || m.closed {
+		m.mu.Unlock()
+		return fmt.Errorf("sandbox manager: already started: %w", errdefs.ErrFailedPrecondition)
+	}
+	m.started = true
+	m.mu.Unlock()
+
+	insts, err := m.rt.Recover(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("sandbox manager: recover: %w", errdefs.ErrCanceled)
+		}
+		m.log.Warn("runtime recovery reported errors", "err", err)
+	}
+	adopted := make(map[string]bool)
+	for _, inst := range insts {
+		if m.adopt(ctx, inst) {
+			adopted[inst.ID()] = true
+		}
+	}
+	ids, err := m.state.ids()
+	if err != nil {
+		return fmt.Errorf("sandbox manager: state dir: %w: %v", errdefs.ErrInternal, err)
+	}
+	for _, id := range ids {
+		if !adopted[id] {
+			if err := m.state.remove(id); err != nil {
+				m.log.Warn("removing stale sandbox state", "sandbox", id, "err", err)
+			}
+		}
+	}
+	if len(insts) > 0 {
+		m.log.Info("adopted sandboxes", "recovered", len(insts), "adopted", len(adopted))
+	}
+
+	bgCtx, stop := context.WithCancel(context.Background())
+	m.mu.Lock()
+	m.stop = stop
+	m.mu.Unlock()
+	m.bg.Go(func() { m.reapLoop(bgCtx) })
+	if m.cfg.HealthInterval > 0 {
+		m.bg.Go(func() { m.healthLoop(bgCtx) })
+	}
+	for _, p := range m.pools {
+		m.bg.Go(func() { m.fillLoop(bgCtx, p) })
+	}
+	return nil
+}
+
+// adopt rebuilds the record of a recovered instance, or destroys it.
+func (m *Manager) adopt(ctx context.Context, inst runtime.Instance) bool {
+	id := inst.ID()
+	log := m.log.With("sandbox", id)
+	spec := inst.Spec()
+	p, err := decodeRecord([]byte(spec.Labels[labelKey]))
+	if sp, ok, serr := m.state.load(id); ok {
+		p, err = sp, nil
+	} else if serr != nil {
+		log.Warn("unreadable sandbox state file; using creation record", "err", serr)
+	}
+	now := time.Now()
+	reason := ""
+	switch {
+	case err != nil:
+		reason = "no usable sandbox record"
+	case p.Pool:
+		reason = "unclaimed pool member"
+	case !now.Before(p.ExpiresAt):
+		reason = "expired"
+	}
+	if reason != "" {
+		log.Info("destroying recovered sandbox", "reason", reason, "err", err)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.DestroyTimeout)
+		defer cancel()
+		if derr := inst.Destroy(dctx); derr != nil {
+			log.Warn("destroying recovered sandbox failed", "err", derr)
+		}
+		if rerr := m.state.remove(id); rerr != nil {
+			log.Warn("removing sandbox state", "err", rerr)
+		}
+		return false
+	}
+	if p.ExpiresAt.After(p.MaxExpiresAt) {
+		p.ExpiresAt = p.MaxExpiresAt
+	}
+	rec := &record{
+		sb: Sandbox{
+			ID:           id,
+			Template:     p.Template,
+			State:        StateRunning,
+			Limits:       spec.Limits,
+			Env:          p.Env,
+			Metadata:     p.Metadata,
+			CreatedAt:    p.CreatedAt,
+			ExpiresAt:    p.ExpiresAt,
+			MaxExpiresAt: p.MaxExpiresAt,
+			IdleTimeout:  p.IdleTimeout,
+			LastActivity: now,
+		},
+		inst:    inst,
+		client:  agentclient.New(inst.Dial),
+		created: closedChan(),
+	}
+	m.mu.Lock()
+	m.records[id] = rec
+	m.active++
+	m.mu.Unlock()
+	return true
+}
+
+// Close stops the reaper, health checks and pool fillers, destroys the
+// idle pool members and releases connections. Sandboxes keep running; a
+// new Manager over the same runtime adopts them. Operations after Close
+// fail with ErrUnavailable. Close waits for background work (at most a
+// destroy in progress) or until ctx is done.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	stop := m.stop
+	var members []*poolMember
+	for _, p := range m.pools {
+		members = append(members, p.members...)
+		p.members = nil
+	}
+	var clients []*agentclient.Client
+	for _, rec := range m.records {
+		if rec.client != nil {
+			clients = append(clients, rec.client)
+		}
+	}
+	m.mu.Unlock()
+
+	if stop != nil {
+		stop()
+	}
+	done := make(chan struct{})
+	go func() { m.bg.Wait(); close(done) }()
+	var errs []error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("sandbox manager: close: background work still running: %w", errdefs.ErrTimeout))
+	}
+	for _, pm := range members {
+		errs = append(errs, m.destroyMember(ctx, pm))
+	}
+	for _, c := range clients {
+		c.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// Create validates spec and returns a running sandbox: claimed from the
+// template's warm pool when the resolved limits equal the pool's
+// (DefaultLimits), created cold otherwise. It fails with
+// ErrResourceExhausted when MaxConcurrent sandboxes exist.
+func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
+	rs, err := m.cfg.resolve(spec, m.templates)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	m.mu.Lock()
+	if err := m.usableLocked(); err != nil {
+		m.mu.Unlock()
+		return Sandbox{}, err
+	}
+	if m.active >= m.cfg.MaxConcurrent {
+		m.mu.Unlock()
+		return Sandbox{}, fmt.Errorf("sandbox limit of %d reached: %w", m.cfg.MaxConcurrent, errdefs.ErrResourceExhausted)
+	}
+	m.active++
+	p := m.pools[rs.template.Name()]
+	m.mu.Unlock()
+
+	if p != nil && rs.limits == m.cfg.DefaultLimits {
+		sb, ok, err := m.claim(ctx, p, rs)
+		if ok || err != nil {
+			if err != nil {
+				m.release()
+			}
+			return sb, err
+		}
+	}
+	return m.createCold(ctx, rs)
+}
+
+// release gives back a concurrency slot reserved by Create.
+func (m *Manager) release() {
+	m.mu.Lock()
+	m.active--
+	m.mu.Unlock()
+}
+
+// usableLocked reports whether the manager accepts operations.
+func (m *Manager) usableLocked() error {
+	switch {
+	case m.closed:
+		return fmt.Errorf("sandbox manager is shut down: %w", errdefs.ErrUnavailable)
+	case !m.started:
+		return fmt.Errorf("sandbox manager is not started: %w", errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+// createCold creates a sandbox in the runtime. The caller has reserved a
+// concurrency slot; createCold gives it back on failure.
+func (m *Manager) createCold(ctx context.Context, rs resolvedSpec) (Sandbox, error) {
+	id, err := newID()
+	if err != nil {
+		m.release()
+		return Sandbox{}, err
+	}
+	now := time.Now()
+	rec := &record{
+		sb: Sandbox{
+			ID:           id,
+			Template:     rs.template.Name(),
+			State:        StateCreating,
+			Limits:       rs.limits,
+			Env:          rs.env,
+			Metadata:     rs.metadata,
+			CreatedAt:    now,
+			ExpiresAt:    now.Add(rs.timeout),
+			MaxExpiresAt: now.Add(m.cfg.MaxLifetime),
+			IdleTimeout:  rs.idleTimeout,
+			LastActivity: now,
+		},
+		created: make(chan struct{}),
+	}
+	m.mu.Lock()
+	if _, dup := m.records[id]; dup {
+		m.mu.Unlock()
+		m.release()
+		return Sandbox{}, fmt.Errorf("sandbox id collision: %w", errdefs.ErrInternal)
+	}
+	m.records[id] = rec
+	m.mu.Unlock()
+
+	inst, err := m.startInstance(ctx, rs.template, id, rs.limits, persistedOf(&rec.sb))
+	m.mu.Lock()
+	if err != nil {
+		delete(m.records, id)
+		m.active--
+		close(rec.created)
+		m.mu.Unlock()
+		return Sandbox{}, err
+	}
+	rec.inst, rec.client = inst, agentclient.New(inst.Dial)
+	rec.sb.State = StateRunning
+	rec.sb.LastActivity = time.Now()
+	wanted := rec.destroyWanted
+	close(rec.created)
+	sb := rec.snapshot()
+	m.mu.Unlock()
+	m.log.Info("sandbox created", "sandbox", id, "template", sb.Template, "took", time.Since(now).Round(time.Microsecond))
+	if wanted {
+		// Destroyed while being created: finish the job for the caller
+		// of Destroy and report what is left.
+		err := m.destroyRecord(ctx, rec, "destroyed while creating")
+		m.mu.Lock()
+		sb = rec.snapshot()
+		m.mu.Unlock()
+		return sb, err
+	}
+	return sb, nil
+}
+
+// startInstance resolves the template and creates the runtime instance,
+// within CreateTimeout.
+func (m *Manager) startInstance(ctx context.Context, src template.Source, id string, limits runtime.Limits, p persisted) (runtime.Instance, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.CreateTimeout)
+	defer cancel()
+	rootfs, err := src.Resolve(ctx)
+	if err != nil {
+		return nil, err
+	}
+	labels, err := encodeLabels(p)
+	if err != nil {
+		return nil, err
+	}
+	inst, err := m.rt.Create(ctx, runtime.Spec{ID: id, Rootfs: rootfs, Limits: limits, Labels: labels})
+	if err != nil {
+		m.log.Warn("runtime create failed", "sandbox", id, "err", err)
+		if ctx.Err() != nil {
+			return nil, ctxErr(ctx, "create sandbox")
+		}
+		return nil, publicErr("create sandbox", err)
+	}
+	return inst, nil
+}
+
+// publicErr wraps a runtime error for callers that may show it to users.
+// Internal and unavailable errors typically carry OS details (host
+// paths); they are logged by the caller and reduced to their class here.
+func publicErr(op string, err error) error {
+	switch class := errdefs.Class(err); class {
+	case errdefs.ErrInternal, errdefs.ErrUnavailable:
+		return fmt.Errorf("%s: %w", op, class)
+	default:
+		return fmt.Errorf("%s: %w", op, err)
+	}
+}
+
+// Get returns the sandbox called id, or ErrNotFound.
+func (m *Manager) Get(id string) (Sandbox, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, ok := m.records[id]
+	if !ok {
+		return Sandbox{}, notFound(id)
+	}
+	return rec.snapshot(), nil
+}
+
+// List returns the sandboxes that f selects, oldest first.
+func (m *Manager) List(f Filter) []Sandbox {
+	m.mu.Lock()
+	out := make([]Sandbox, 0, len(m.records))
+	for _, rec := range m.records {
+		if f.matches(&rec.sb) {
+			out = append(out, rec.snapshot())
+		}
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// matches reports whether f selects sb.
+func (f Filter) matches(sb *Sandbox) bool {
+	if len(f.States) > 0 {
+		found := false
+		for _, s := range f.States {
+			if s == sb.State {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	for k, v := range f.Metadata {
+		if got, ok := sb.Metadata[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Destroy kills the sandbox and frees its resources. A sandbox being
+// created is destroyed as soon as its creation ends; destroying a stopped
+// sandbox (still in the record) is a no-op. If the runtime fails to
+// destroy it, the sandbox becomes failed and the error is returned.
+func (m *Manager) Destroy(ctx context.Context, id string) error {
+	m.mu.Lock()
+	rec, ok := m.records[id]
+	m.mu.Unlock()
+	if !ok {
+		return notFound(id)
+	}
+	return m.destroyRecord(ctx, rec, "requested")
+}
+
+// destroyRecord drives rec to stopped (see Destroy).
+func (m *Manager) destroyRecord(ctx context.Context, rec *record, reason string) error {
+	for {
+		m.mu.Lock()
+		switch rec.sb.State {
+		case StateStopped:
+			m.mu.Unlock()
+			return nil
+		case StateCreating:
+			rec.destroyWanted = true
+			ch := rec.created
+			m.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return ctxErr(ctx, "destroy")
+			}
+			m.mu.Lock()
+			gone := m.records[rec.sb.ID] != rec
+			m.mu.Unlock()
+			if gone {
+				return nil // its creation failed: nothing left
+			}
+			continue
+		case StateStopping:
+			ch := rec.destroying
+			m.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return ctxErr(ctx, "destroy")
+			}
+			m.mu.Lock()
+			err := rec.destroyErr
+			m.mu.Unlock()
+			return err
+		}
+		// running or failed: this call destroys it.
+		rec.sb.State = StateStopping
+		rec.destroying = make(chan struct{})
+		m.mu.Unlock()
+		break
+	}
+
+	id := rec.sb.ID
+	rec.client.Close()
+	// The destroy must complete even if the caller goes away.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.DestroyTimeout)
+	err := rec.inst.Destroy(dctx)
+	cancel()
+	if err == nil {
+		rec.saveMu.Lock()
+		if rerr := m.state.remove(id); rerr != nil {
+			m.log.Warn("removing sandbox state", "sandbox", id, "err", rerr)
+		}
+		rec.saveMu.Unlock()
+	}
+
+	m.mu.Lock()
+	if err != nil {
+		rec.sb.State = StateFailed
+		rec.sb.Error = "destroying the sandbox failed"
+		rec.unhealthy = false
+		m.log.Warn("runtime destroy failed", "sandbox", id, "err", err)
+		err = publicErr("destroy sandbox "+id, err)
+	} else {
+		rec.sb.State = StateStopped
+		rec.sb.StoppedAt = time.Now()
+		m.active--
+		if m.cfg.StoppedRetention < 0 {
+			delete(m.records, id)
+		}
+	}
+	rec.destroyErr = err
+	close(rec.destroying)
+	m.mu.Unlock()
+	if err != nil {
+		m.log.Error("sandbox destroy failed", "sandbox", id, "reason", reason, "err", err)
+	} else {
+		m.log.Info("sandbox destroyed", "sandbox", id, "reason", reason)
+	}
+	return err
+}
+
+// SetTimeout makes the sandbox expire d from now. The new expiry may not
+// pass the sandbox's MaxExpiresAt (ErrInvalidArgument). It returns the
+// updated sandbox.
+func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration) (Sandbox, error) {
+	if d <= 0 {
+		return Sandbox{}, fmt.Errorf("timeout must be positive: %w", errdefs.ErrInvalidArgument)
+	}
+	if err := ctx.Err(); err != nil {
+		return Sandbox{}, ctxErr(ctx, "set timeout")
+	}
+	m.mu.Lock()
+	rec, ok := m.records[id]
+	m.mu.Unlock()
+	if !ok {
+		return Sandbox{}, notFound(id)
+	}
+	rec.saveMu.Lock()
+	defer rec.saveMu.Unlock()
+	m.mu.Lock()
+	if err := m.usableLocked(); err != nil {
+		m.mu.Unlock()
+		return Sandbox{}, err
+	}
+	if s := rec.sb.State; s != StateRunning && s != StateFailed {
+		m.mu.Unlock()
+		return Sandbox{}, fmt.Errorf("sandbox %s is %s: %w", id, s, errdefs.ErrFailedPrecondition)
+	}
+	exp := time.Now().Add(d)
+	if exp.After(rec.sb.MaxExpiresAt) {
+		left := time.Until(rec.sb.MaxExpiresAt).Truncate(time.Second)
+		m.mu.Unlock()
+		return Sandbox{}, fmt.Errorf("timeout %v passes the sandbox's maximum lifetime (%v left): %w", d, left, errdefs.ErrInvalidArgument)
+	}
+	old := rec.sb.ExpiresAt
+	rec.sb.ExpiresAt = exp
+	p := persistedOf(&rec.sb)
+	m.mu.Unlock()
+	if err := m.state.save(id, p); err != nil {
+		m.mu.Lock()
+		if rec.sb.ExpiresAt.Equal(exp) {
+			rec.sb.ExpiresAt = old
+		}
+		m.mu.Unlock()
+		return Sandbox{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return rec.snapshot(), nil
+}
+
+// Client returns the agent client of a running sandbox, for calls the
+// Manager does not wrap (PTY, watch, signals). It counts as activity.
+// The client belongs to the Manager: do not Close it. Note that the
+// sandbox's Env is applied only by Exec and StartProcess.
+func (m *Manager) Client(id string) (*agentclient.Client, error) {
+	rec, done, err := m.acquire(id)
+	if err != nil {
+		return nil, err
+	}
+	done()
+	return rec.client, nil
+}
+
+// acquire marks an operation on sandbox id as in flight (so the idle
+// reaper leaves it alone) and returns the record and the function that
+// ends the operation.
+func (m *Manager) acquire(id string) (*record, func(), error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.usableLocked(); err != nil {
+		return nil, nil, err
+	}
+	rec, ok := m.records[id]
+	if !ok {
+		return nil, nil, notFound(id)
+	}
+	if rec.sb.State != StateRunning {
+		return nil, nil, fmt.Errorf("sandbox %s is %s: %w", id, rec.sb.State, errdefs.ErrFailedPrecondition)
+	}
+	rec.inflight++
+	rec.sb.LastActivity = time.Now()
+	var once sync.Once
+	return rec, func() {
+		once.Do(func() {
+			m.mu.Lock()
+			rec.inflight--
+			rec.sb.LastActivity = time.Now()
+			m.mu.Unlock()
+		})
+	}, nil
+}
+
+// notFound is the error for an unknown sandbox.
+func notFound(id string) error {
+	if len(id) > 80 {
+		id = id[:80] + "..."
+	}
+	return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+}
+
+// ctxErr maps a done context onto an error class.
+func ctxErr(ctx context.Context, op string) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w", op, errdefs.ErrTimeout)
+	}
+	return fmt.Errorf("%s: %w", op, errdefs.ErrCanceled)
+}
+
+// idEncoding is lowercase base32 without padding: 10 random bytes make 16
+// characters from [a-z2-7].
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// IDPrefix starts every sandbox ID.
+const IDPrefix = "sb-"
+
+// newID returns "sb-" followed by 16 random lowercase base32 characters.
+func newID() (string, error) {
+	var b [10]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("sandbox id: %w: %v", errdefs.ErrInternal, err)
+	}
+	return IDPrefix + idEncoding.EncodeToString(b[:]), nil
+}
+
+// ValidID reports whether id has the syntax of a sandbox ID, so that API
+// handlers can reject garbage before a lookup.
+func ValidID(id string) bool {
+	rest, ok := strings.CutPrefix(id, IDPrefix)
+	if !ok || len(rest) != 16 {
+		return false
+	}
+	for i := 0; i < len(rest); i++ {
+		c := rest[i]
+		if !(c >= 'a' && c <= 'z' || c >= '2' && c <= '7') {
+			return false
+		}
+	}
+	return true
+}
+
+func closedChan() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}

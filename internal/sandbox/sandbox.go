@@ -1,0 +1,459 @@
+// Package sandbox manages the lifecycle of sandboxes: creation (cold, or
+// claimed from a warm pool), expiry and idle reaping, health, adoption of
+// the sandboxes a previous daemon left running, and the typed operations
+// (exec, files) that the API layer and tests call.
+//
+// A Manager sits on top of one runtime.Runtime and a template.Registry. It
+// keeps an in-memory record per sandbox and persists what a restarted
+// daemon needs to rebuild that record: the creation record in the
+// runtime's Spec.Labels (immutable, written at creation) and, for changes
+// made later (a pooled sandbox being claimed, SetTimeout), a small JSON
+// state file per sandbox in Config.StateDir, which takes precedence over
+// the labels.
+//
+// Lifecycle of a sandbox:
+//
+//	creating -> running -> stopping -> stopped
+//	              |  ^         |
+//	              v  |         v
+//	             failed ------>
+//
+// A sandbox is failed when its agent stops answering health checks (it
+// returns to running if the agent answers again) or when destroying it
+// failed; either way it still counts against MaxConcurrent and is
+// destroyed at expiry or on request. Stopped records are kept for
+// Config.StoppedRetention so that a Get right after a Destroy or an
+// expiry reports "stopped" instead of "not found", then dropped.
+package sandbox
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	goruntime "runtime"
+	"time"
+	"unicode/utf8"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/runtime"
+	"github.com/airlock-sandbox/airlock/internal/template"
+)
+
+// State is where a sandbox is in its lifecycle.
+type State string
+
+// The sandbox states. StatePaused is reserved for backends that can freeze
+// a sandbox; nothing sets it yet.
+const (
+	StateCreating State = "creating"
+	StateRunning  State = "running"
+	StatePaused   State = "paused"
+	StateStopping State = "stopping"
+	StateStopped  State = "stopped"
+	StateFailed   State = "failed"
+)
+
+// Valid reports whether s is one of the defined states.
+func (s State) Valid() bool {
+	switch s {
+	case StateCreating, StateRunning, StatePaused, StateStopping, StateStopped, StateFailed:
+		return true
+	}
+	return false
+}
+
+// Spec is a request to create a sandbox. Zero values mean "default".
+type Spec struct {
+	// Template names the root filesystem; Config.DefaultTemplate if empty.
+	Template string
+	// Limits caps the sandbox's resources; each zero field takes the
+	// value from Config.DefaultLimits, and no field may exceed
+	// Config.MaxLimits.
+	Limits runtime.Limits
+	// Env is added to the environment of every process started through
+	// the Manager's Exec and StartProcess (request env wins over it). It
+	// is not handed to the runtime, so that pooled and cold sandboxes
+	// behave the same; callers of Client must merge it themselves.
+	Env map[string]string
+	// Metadata are caller-defined labels returned with the sandbox and
+	// usable as List filters.
+	Metadata map[string]string
+	// Timeout is how long the sandbox lives: it expires at creation +
+	// Timeout unless SetTimeout changes that. Config.DefaultTimeout if
+	// zero; at most Config.MaxLifetime.
+	Timeout time.Duration
+	// IdleTimeout, if set, destroys the sandbox after this long without
+	// exec or file activity (and no operation in flight).
+	IdleTimeout time.Duration
+}
+
+// Sandbox is a point-in-time snapshot of one sandbox. It is a copy: the
+// maps may be modified by the caller.
+type Sandbox struct {
+	ID       string
+	Template string
+	State    State
+	Limits   runtime.Limits
+	Env      map[string]string
+	Metadata map[string]string
+	// CreatedAt is when the sandbox was handed to its creator (for a
+	// pooled sandbox, when it was claimed).
+	CreatedAt time.Time
+	// ExpiresAt is when the reaper destroys the sandbox.
+	ExpiresAt time.Time
+	// MaxExpiresAt is CreatedAt + Config.MaxLifetime: SetTimeout cannot
+	// extend past it.
+	MaxExpiresAt time.Time
+	IdleTimeout  time.Duration
+	// LastActivity is when an exec or file operation last started or
+	// ended (for adopted sandboxes: at the earliest, their adoption).
+	LastActivity time.Time
+	// StoppedAt is set once the sandbox is stopped.
+	StoppedAt time.Time
+	// Error says why a failed sandbox failed.
+	Error string
+}
+
+// Filter selects sandboxes in List. Empty fields match everything.
+type Filter struct {
+	// States, if not empty, keeps sandboxes in one of these states.
+	States []State
+	// Metadata keeps sandboxes whose metadata holds every pair given.
+	Metadata map[string]string
+}
+
+// Caps on the size of a Spec's Env and Metadata.
+const (
+	MaxMapKeys     = 64
+	MaxKeyBytes    = 256
+	MaxValueBytes  = 4 << 10
+	maxPoolTotal   = 256
+	defaultPoolMax = 64
+)
+
+// Config tunes a Manager. Zero values take the defaults documented on each
+// field; Validate reports values that make no sense.
+type Config struct {
+	// StateDir holds one small JSON file per sandbox whose record changed
+	// after creation (claimed from a pool, SetTimeout), so that a
+	// restarted daemon adopts it with its current expiry and metadata.
+	// Required; e.g. <data-dir>/sandboxes.
+	StateDir string
+	// DefaultTemplate is used when a Spec names none. Default "host".
+	DefaultTemplate string
+	// DefaultTimeout is a sandbox's lifetime when a Spec gives none.
+	// Default 5 minutes.
+	DefaultTimeout time.Duration
+	// MaxLifetime caps how long after creation any sandbox may live, even
+	// through SetTimeout. Default 24 hours.
+	MaxLifetime time.Duration
+	// MaxConcurrent caps sandboxes that are creating, running, stopping
+	// or failed. Warm-pool members do not count: they have their own cap
+	// (MaxPooled). Default 500.
+	MaxConcurrent int
+	// DefaultLimits fill the zero fields of a Spec's Limits. Defaults:
+	// 1 CPU, 512 MiB memory, 256 pids, 1 GiB disk, 4096 open files.
+	DefaultLimits runtime.Limits
+	// MaxLimits caps every field of a Spec's Limits. Defaults: the host's
+	// CPU count, 16 GiB memory, 4096 pids, 64 GiB disk, 65536 open files.
+	MaxLimits runtime.Limits
+	// PoolSize is how many ready sandboxes to keep per template, created
+	// with DefaultLimits. A Create whose resolved limits equal
+	// DefaultLimits claims one instead of creating a sandbox.
+	PoolSize map[string]int
+	// MaxPooled caps the sum of PoolSize. Default 64.
+	MaxPooled int
+	// PoolFillConcurrency bounds the pool members being created at once,
+	// across templates. Default 2.
+	PoolFillConcurrency int
+	// ReapInterval is how often expiry and idleness are checked.
+	// Default 1 second.
+	ReapInterval time.Duration
+	// HealthInterval is how often running sandboxes' agents are pinged;
+	// a negative value disables health checks. Default 15 seconds.
+	HealthInterval time.Duration
+	// HealthTimeout bounds one ping. Default 2 seconds.
+	HealthTimeout time.Duration
+	// HealthFailures is how many consecutive failed pings mark a sandbox
+	// failed. Default 3.
+	HealthFailures int
+	// CreateTimeout bounds creating one sandbox in the runtime.
+	// Default 60 seconds.
+	CreateTimeout time.Duration
+	// DestroyTimeout bounds destroying one sandbox. Default 30 seconds.
+	DestroyTimeout time.Duration
+	// StoppedRetention is how long a stopped sandbox stays visible to Get
+	// and List. Default 1 minute; negative drops records at once.
+	StoppedRetention time.Duration
+}
+
+// withDefaults returns c with zero fields set to their defaults.
+func (c Config) withDefaults() Config {
+	if c.DefaultTemplate == "" {
+		c.DefaultTemplate = template.HostName
+	}
+	if c.DefaultTimeout == 0 {
+		c.DefaultTimeout = 5 * time.Minute
+	}
+	if c.MaxLifetime == 0 {
+		c.MaxLifetime = 24 * time.Hour
+	}
+	if c.MaxConcurrent == 0 {
+		c.MaxConcurrent = 500
+	}
+	d := &c.DefaultLimits
+	if d.CPUs == 0 {
+		d.CPUs = 1
+	}
+	if d.MemoryBytes == 0 {
+		d.MemoryBytes = 512 << 20
+	}
+	if d.Pids == 0 {
+		d.Pids = 256
+	}
+	if d.DiskBytes == 0 {
+		d.DiskBytes = 1 << 30
+	}
+	if d.NoFile == 0 {
+		d.NoFile = 4096
+	}
+	m := &c.MaxLimits
+	if m.CPUs == 0 {
+		m.CPUs = float64(goruntime.NumCPU())
+	}
+	if m.MemoryBytes == 0 {
+		m.MemoryBytes = 16 << 30
+	}
+	if m.Pids == 0 {
+		m.Pids = 4096
+	}
+	if m.DiskBytes == 0 {
+		m.DiskBytes = 64 << 30
+	}
+	if m.NoFile == 0 {
+		m.NoFile = 65536
+	}
+	if c.MaxPooled == 0 {
+		c.MaxPooled = defaultPoolMax
+	}
+	if c.PoolFillConcurrency == 0 {
+		c.PoolFillConcurrency = 2
+	}
+	if c.ReapInterval == 0 {
+		c.ReapInterval = time.Second
+	}
+	if c.HealthInterval == 0 {
+		c.HealthInterval = 15 * time.Second
+	}
+	if c.HealthTimeout == 0 {
+		c.HealthTimeout = 2 * time.Second
+	}
+	if c.HealthFailures == 0 {
+		c.HealthFailures = 3
+	}
+	if c.CreateTimeout == 0 {
+		c.CreateTimeout = time.Minute
+	}
+	if c.DestroyTimeout == 0 {
+		c.DestroyTimeout = 30 * time.Second
+	}
+	if c.StoppedRetention == 0 {
+		c.StoppedRetention = time.Minute
+	}
+	return c
+}
+
+// Validate reports the first invalid field of c (after defaults). Errors
+// wrap errdefs.ErrInvalidArgument.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("sandbox config: "+format+": %w", append(args, errdefs.ErrInvalidArgument)...)
+	}
+	switch {
+	case c.StateDir == "":
+		return bad("state dir is required")
+	case template.ValidateName(c.DefaultTemplate) != nil:
+		return bad("default template %q is not a valid name", c.DefaultTemplate)
+	case c.MaxLifetime <= 0:
+		return bad("max lifetime must be positive")
+	case c.DefaultTimeout <= 0 || c.DefaultTimeout > c.MaxLifetime:
+		return bad("default timeout must be positive and at most the max lifetime")
+	case c.MaxConcurrent < 0:
+		return bad("max concurrent must be positive")
+	case c.MaxPooled < 0 || c.MaxPooled > maxPoolTotal:
+		return bad("max pooled must be between 0 and %d", maxPoolTotal)
+	case c.PoolFillConcurrency < 0 || c.PoolFillConcurrency > 64:
+		return bad("pool fill concurrency must be between 1 and 64")
+	case c.ReapInterval < 0 || c.HealthTimeout < 0 || c.CreateTimeout < 0 || c.DestroyTimeout < 0:
+		return bad("intervals and timeouts must be positive")
+	case c.HealthFailures < 0:
+		return bad("health failures must be positive")
+	}
+	if err := checkLimits(c.MaxLimits, runtime.Limits{}, false); err != nil {
+		return bad("max limits: %v", err)
+	}
+	if err := checkLimits(c.DefaultLimits, c.MaxLimits, true); err != nil {
+		return bad("default limits: %v", err)
+	}
+	total := 0
+	for name, n := range c.PoolSize {
+		if template.ValidateName(name) != nil {
+			return bad("pool template %q is not a valid name", name)
+		}
+		if n < 0 {
+			return bad("pool size of %q is negative", name)
+		}
+		total += n
+	}
+	if total > c.MaxPooled {
+		return bad("pool sizes add up to %d, more than max pooled %d", total, c.MaxPooled)
+	}
+	return nil
+}
+
+// checkLimits reports a negative field of l or, when capped, a field
+// above max.
+func checkLimits(l, max runtime.Limits, capped bool) error {
+	if l.CPUs < 0 || l.MemoryBytes < 0 || l.Pids < 0 || l.DiskBytes < 0 {
+		return fmt.Errorf("limits must not be negative")
+	}
+	if math.IsNaN(l.CPUs) || math.IsInf(l.CPUs, 0) {
+		return fmt.Errorf("cpus must be a finite number")
+	}
+	if !capped {
+		return nil
+	}
+	switch {
+	case l.CPUs > max.CPUs:
+		return fmt.Errorf("cpus %g is above the maximum %g", l.CPUs, max.CPUs)
+	case l.MemoryBytes > max.MemoryBytes:
+		return fmt.Errorf("memory %d bytes is above the maximum %d", l.MemoryBytes, max.MemoryBytes)
+	case l.Pids > max.Pids:
+		return fmt.Errorf("pids %d is above the maximum %d", l.Pids, max.Pids)
+	case l.DiskBytes > max.DiskBytes:
+		return fmt.Errorf("disk %d bytes is above the maximum %d", l.DiskBytes, max.DiskBytes)
+	case l.NoFile > max.NoFile:
+		return fmt.Errorf("nofile %d is above the maximum %d", l.NoFile, max.NoFile)
+	}
+	return nil
+}
+
+// resolvedSpec is a validated Spec with defaults applied.
+type resolvedSpec struct {
+	template    template.Source
+	limits      runtime.Limits
+	env         map[string]string
+	metadata    map[string]string
+	timeout     time.Duration
+	idleTimeout time.Duration
+}
+
+// envKeyPattern is what an environment variable name may look like.
+var envKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// resolve validates s against c and fills defaults.
+func (c Config) resolve(s Spec, templates *template.Registry) (resolvedSpec, error) {
+	bad := func(format string, args ...any) (resolvedSpec, error) {
+		return resolvedSpec{}, fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...)
+	}
+	name := s.Template
+	if name == "" {
+		name = c.DefaultTemplate
+	}
+	if err := template.ValidateName(name); err != nil {
+		return resolvedSpec{}, err
+	}
+	src, err := templates.Get(name)
+	if err != nil {
+		return resolvedSpec{}, err
+	}
+	l := s.Limits
+	if err := checkLimits(l, runtime.Limits{}, false); err != nil {
+		return bad("%v", err)
+	}
+	if l.CPUs == 0 {
+		l.CPUs = c.DefaultLimits.CPUs
+	}
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = c.DefaultLimits.MemoryBytes
+	}
+	if l.Pids == 0 {
+		l.Pids = c.DefaultLimits.Pids
+	}
+	if l.DiskBytes == 0 {
+		l.DiskBytes = c.DefaultLimits.DiskBytes
+	}
+	if l.NoFile == 0 {
+		l.NoFile = c.DefaultLimits.NoFile
+	}
+	if err := checkLimits(l, c.MaxLimits, true); err != nil {
+		return bad("%v", err)
+	}
+	timeout := s.Timeout
+	switch {
+	case timeout < 0:
+		return bad("timeout must not be negative")
+	case timeout == 0:
+		timeout = c.DefaultTimeout
+	case timeout > c.MaxLifetime:
+		return bad("timeout %v is above the maximum lifetime %v", timeout, c.MaxLifetime)
+	}
+	if s.IdleTimeout < 0 || s.IdleTimeout > c.MaxLifetime {
+		return bad("idle timeout must be between 0 and the maximum lifetime %v", c.MaxLifetime)
+	}
+	if err := checkMap("env", s.Env, func(k string) bool { return envKeyPattern.MatchString(k) }); err != nil {
+		return resolvedSpec{}, err
+	}
+	if err := checkMap("metadata", s.Metadata, func(k string) bool { return k != "" }); err != nil {
+		return resolvedSpec{}, err
+	}
+	return resolvedSpec{
+		template:    src,
+		limits:      l,
+		env:         cloneMap(s.Env),
+		metadata:    cloneMap(s.Metadata),
+		timeout:     timeout,
+		idleTimeout: s.IdleTimeout,
+	}, nil
+}
+
+// checkMap enforces the size caps on m and that keys pass validKey and
+// keys and values are NUL-free UTF-8.
+func checkMap(what string, m map[string]string, validKey func(string) bool) error {
+	if len(m) > MaxMapKeys {
+		return fmt.Errorf("%s has %d keys, at most %d are allowed: %w", what, len(m), MaxMapKeys, errdefs.ErrInvalidArgument)
+	}
+	for k, v := range m {
+		switch {
+		case len(k) > MaxKeyBytes:
+			return fmt.Errorf("%s key is longer than %d bytes: %w", what, MaxKeyBytes, errdefs.ErrInvalidArgument)
+		case len(v) > MaxValueBytes:
+			return fmt.Errorf("%s value of %q is longer than %d bytes: %w", what, k, MaxValueBytes, errdefs.ErrInvalidArgument)
+		case !utf8.ValidString(k) || !utf8.ValidString(v) || containsNUL(k) || containsNUL(v):
+			return fmt.Errorf("%s entries must be UTF-8 without NUL bytes: %w", what, errdefs.ErrInvalidArgument)
+		case !validKey(k):
+			return fmt.Errorf("%s key %q is not valid: %w", what, k, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+func containsNUL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

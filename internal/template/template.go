@@ -1,0 +1,117 @@
+// Package template provides the root filesystems sandboxes start from.
+//
+// A template is a named Source that resolves to a runtime.Rootfs: read-only
+// layers (host directories stacked by the runtime under each sandbox's
+// writable layer) plus read-only bind mounts. Two sources live here:
+//
+//   - Host ("host", the default): a read-only view of the host's system
+//     directories (/usr, /bin, /lib, ...) bind-mounted over a small skeleton
+//     layer that holds a curated copy of /etc and empty mount points. No
+//     user data of the host (/root, /home, /var, /srv, /opt, /run, /tmp,
+//     /mnt) and no credential from /etc enters the sandbox.
+//   - Dir: any prepared root filesystem directory, used as the single layer.
+//
+// Sources are registered explicitly in a Registry built by main; there is
+// no global registry.
+package template
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sort"
+	"sync"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/runtime"
+)
+
+// Source is one template: it knows how to produce the root filesystem of a
+// new sandbox. Resolve may do expensive work the first time (building a
+// layer) and must be safe for concurrent use; later calls should be cheap.
+// The layers it returns stay valid as long as sandboxes may use them.
+type Source interface {
+	// Name is the template name that requests use; it matches NamePattern.
+	Name() string
+	// Resolve returns the root filesystem for a new sandbox.
+	Resolve(ctx context.Context) (runtime.Rootfs, error)
+}
+
+// NamePattern is the syntax of template names.
+var NamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// ValidateName reports whether name is a valid template name.
+func ValidateName(name string) error {
+	if !NamePattern.MatchString(name) {
+		return fmt.Errorf("template name %q: must match %s: %w", truncate(name, 80), NamePattern, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Registry is the set of templates the daemon offers. It is safe for
+// concurrent use. Build it in main and pass it to the consumers.
+type Registry struct {
+	mu      sync.RWMutex
+	sources map[string]Source
+}
+
+// NewRegistry returns a registry holding sources.
+func NewRegistry(sources ...Source) (*Registry, error) {
+	r := &Registry{sources: make(map[string]Source)}
+	for _, s := range sources {
+		if err := r.Add(s); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// Add registers s under s.Name(). A second source with the same name is
+// rejected with ErrAlreadyExists.
+func (r *Registry) Add(s Source) error {
+	if s == nil {
+		return fmt.Errorf("template: nil source: %w", errdefs.ErrInvalidArgument)
+	}
+	name := s.Name()
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.sources[name]; ok {
+		return fmt.Errorf("template %q: %w", name, errdefs.ErrAlreadyExists)
+	}
+	r.sources[name] = s
+	return nil
+}
+
+// Get returns the template called name, or an error wrapping ErrNotFound.
+func (r *Registry) Get(name string) (Source, error) {
+	r.mu.RLock()
+	s, ok := r.sources[name]
+	r.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("template %q: %w", truncate(name, 80), errdefs.ErrNotFound)
+	}
+	return s, nil
+}
+
+// List returns every registered template, sorted by name.
+func (r *Registry) List() []Source {
+	r.mu.RLock()
+	out := make([]Source, 0, len(r.sources))
+	for _, s := range r.sources {
+		out = append(out, s)
+	}
+	r.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
+	return out
+}
+
+// truncate shortens s for error messages.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
