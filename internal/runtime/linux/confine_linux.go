@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"syscall"
-	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/cgroups"
@@ -38,7 +37,7 @@ func confineAgent(cgroupFDs []int, log *slog.Logger) error {
 	for _, n := range devNodes {
 		devices = append(devices, "/dev/"+n)
 	}
-	abi, err := confine.Apply(confine.Policy{
+	res, err := confine.Apply(confine.Policy{
 		ReadOnly:    []string{"/"},
 		Writable:    writable,
 		WritableFDs: cgroupFDs,
@@ -47,34 +46,23 @@ func confineAgent(cgroupFDs []int, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	log.Info("confined", "landlock_abi", abi)
+	log.Info("confined", "result", res)
 	return nil
 }
 
 // delegatedCgroups opens the agent's view of the sandbox's cgroups: the
-// work directory under which every process tree gets its own cgroup.
-// It returns nil (and the agent falls back to process groups) when the
+// work directory under which every process tree gets its own cgroup. It
+// returns nil (and the agent falls back to process groups) when the
 // daemon delegated nothing.
-func delegatedCgroups(cfg *initConfig) (agent.ExecCgroups, []int, error) {
-	if len(cfg.WorkCgroups) == 0 {
-		return nil, nil, nil
+func delegatedCgroups(cfg *initConfig) (agent.ExecCgroups, error) {
+	if cfg.CgroupSpec == "" {
+		return nil, nil
 	}
-	work := make(map[string]*os.File)
-	home := make(map[string]*os.File)
-	var fds []int
-	for name, fd := range cfg.WorkCgroups {
-		work[name] = os.NewFile(uintptr(fd), "cgroup-work-"+name)
-		fds = append(fds, fd)
-	}
-	for name, fd := range cfg.AgentCgroups {
-		home[name] = os.NewFile(uintptr(fd), "cgroup-agent-"+name)
-		fds = append(fds, fd)
-	}
-	d, err := cgroups.NewDelegated(cgroups.Version(cfg.CgroupVersion), work, home)
+	d, err := cgroups.OpenSpec(cfg.CgroupSpec)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return execCgroups{d}, fds, nil
+	return execCgroups{d}, nil
 }
 
 // execCgroups adapts cgroups.Delegated to the agent's interface.
@@ -105,5 +93,3 @@ func (e execCgroup) Usage() (agent.ExecUsage, error) {
 }
 
 func (e execCgroup) Close() error { return e.x.Close() }
-
-var _ = time.Second

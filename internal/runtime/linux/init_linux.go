@@ -81,11 +81,11 @@ func RunAgent() int {
 		return fail(fmt.Errorf("dumpable: %w", err))
 	}
 
-	execCgroups, cgFDs, err := delegatedCgroups(&cfg)
+	execCgroups, err := delegatedCgroups(&cfg)
 	if err != nil {
 		return fail(fmt.Errorf("cgroups: %w", err))
 	}
-	if err := confineAgent(cgFDs, log); err != nil {
+	if err := confineAgent(cfg.CgroupFDs, log); err != nil {
 		return fail(fmt.Errorf("confine: %w", err))
 	}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -15,10 +16,22 @@ import (
 // TestMain lets the test binary serve as the sandbox agent: Runtime
 // re-executes /proc/self/exe with AgentCommand.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == AgentCommand {
-		os.Exit(RunAgent())
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case AgentCommand:
+			os.Exit(RunAgent())
+		case attackCommand:
+			os.Exit(runAttack(os.Args[2]))
+		case daemonCommand:
+			n, _ := strconv.Atoi(os.Args[4])
+			os.Exit(runTestDaemon(os.Args[2], os.Args[3], n))
+		}
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if testBase != "" {
+		os.RemoveAll(testBase)
+	}
+	os.Exit(code)
 }
 
 var (

@@ -72,7 +72,7 @@ func setupRootfs(cfg *initConfig) error {
 			return fmt.Errorf("bind %s: %w", b.Target, err)
 		}
 	}
-	if err := bindReadOnly(rootFD, "/proc/self/exe", agentBinaryPath, false); err != nil {
+	if err := bindReadOnly(rootFD, cfg.AgentBinary, agentBinaryPath, false); err != nil {
 		return fmt.Errorf("agent binary: %w", err)
 	}
 	if err := setupProc(rootFD); err != nil {
@@ -98,9 +98,9 @@ func seedUpper(upper string) error {
 		{"home", 0o755, 0, 0},
 		{"home/user", 0o750, sandboxUserUID, sandboxUserGID},
 		{"root", 0o700, 0, 0},
-		{"tmp", 0o1777, 0, 0},
+		{"tmp", 0o777 | os.ModeSticky, 0, 0},
 		{"var", 0o755, 0, 0},
-		{"var/tmp", 0o1777, 0, 0},
+		{"var/tmp", 0o777 | os.ModeSticky, 0, 0},
 		{"run", 0o755, 0, 0},
 	}
 	for _, d := range dirs {
@@ -108,7 +108,7 @@ func seedUpper(upper string) error {
 		if err := os.Mkdir(p, d.mode); err != nil {
 			return err
 		}
-		// Mkdir applies the umask and drops the sticky bit; set it exactly.
+		// Mkdir applies the umask; set the mode exactly.
 		if err := os.Chmod(p, d.mode); err != nil {
 			return err
 		}
@@ -122,7 +122,11 @@ func seedUpper(upper string) error {
 // openIn resolves path inside the directory rootFD as if it were "/": no
 // symlink or ".." in a template can point a mount outside the sandbox.
 func openIn(rootFD int, path string, flags uint64) (int, error) {
-	return unix.Openat2(rootFD, strings.TrimPrefix(filepath.Clean("/"+path), "/"), &unix.OpenHow{
+	rel := strings.TrimPrefix(filepath.Clean("/"+path), "/")
+	if rel == "" {
+		rel = "."
+	}
+	return unix.Openat2(rootFD, rel, &unix.OpenHow{
 		Flags:   flags | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
 	})
@@ -190,9 +194,12 @@ func bindReadOnly(rootFD int, source, target string, dir bool) error {
 	err = unix.Mount(source, fdPath(fd), "", unix.MS_BIND|unix.MS_REC, "")
 	unix.Close(fd)
 	if err != nil {
-		return err
+		return fmt.Errorf("bind: %w", err)
 	}
-	return remountReadOnly(rootFD, target)
+	if err := remountReadOnly(rootFD, target); err != nil {
+		return fmt.Errorf("remount read-only: %w", err)
+	}
+	return nil
 }
 
 // remountReadOnly makes the mount at target read-only, nosuid and nodev.

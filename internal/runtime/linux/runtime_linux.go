@@ -2,9 +2,12 @@ package linux
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -98,6 +101,7 @@ type Runtime struct {
 	cfg Config
 	log *slog.Logger
 	cg  *cgroups.Manager
+	bin string // host path of the agent binary bound into sandboxes
 
 	mu    sync.Mutex
 	slots map[int]string // uid slot → sandbox id
@@ -126,13 +130,67 @@ func New(cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("linux runtime: %w", err)
 	}
+	bin, err := installAgentBinary(cfg.StateDir, cfg.AgentPath)
+	if err != nil {
+		return nil, fmt.Errorf("linux runtime: agent binary: %w", err)
+	}
 	return &Runtime{
 		cfg:   cfg,
+		bin:   bin,
 		log:   cfg.Logger,
 		cg:    cg,
 		slots: make(map[int]string),
 		live:  make(map[string]*Instance),
 	}, nil
+}
+
+// agentBinDir holds the copy of the agent binary that sandboxes see. It
+// sits in the state dir (which sandbox uids can traverse) because the
+// daemon's own binary may live where they cannot, and a bind mount needs
+// a path in the agent's mount namespace. The copy also means that no
+// sandbox ever holds the daemon's own executable.
+const agentBinDir = ".bin"
+
+// installAgentBinary copies the agent binary into the state dir unless an
+// identical copy is there already, and returns its path.
+func installAgentBinary(stateDir, src string) (string, error) {
+	dir := filepath.Join(stateDir, agentBinDir)
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return "", err
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return "", err
+	}
+	defer in.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, in); err != nil {
+		return "", err
+	}
+	dst := filepath.Join(dir, "airlock-"+hex.EncodeToString(h.Sum(nil))[:16])
+	if _, err := os.Stat(dst); err == nil {
+		return dst, nil
+	}
+	if _, err := in.Seek(0, io.SeekStart); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(dir, ".tmp-")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	return dst, os.Rename(tmp.Name(), dst)
 }
 
 // Name implements runtime.Runtime.

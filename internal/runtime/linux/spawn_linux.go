@@ -6,12 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -47,12 +45,13 @@ type initConfig struct {
 	// on which the agent mounts its writable layer and root filesystem
 	// inside its private mount namespace.
 	MountDir string `json:"mount_dir"`
-	// Cgroups maps controller names to inherited fds of the sandbox's
-	// work cgroup directories ("work") and the agent's own ("agent").
-	CgroupVersion int            `json:"cgroup_version"`
-	WorkCgroups   map[string]int `json:"work_cgroups"`
-	AgentCgroups  map[string]int `json:"agent_cgroups"`
-	LogLevel      string         `json:"log_level"`
+	// AgentBinary is the host path of the binary bound read-only into the
+	// sandbox at agentBinaryPath.
+	AgentBinary string `json:"agent_binary"`
+	// CgroupSpec describes the inherited fds of the delegated cgroup
+	// directories (cgroups.OpenSpec); CgroupFDs lists those fds.
+	CgroupSpec string `json:"cgroup_spec"`
+	CgroupFDs  []int  `json:"cgroup_fds"`
 }
 
 // Create implements runtime.Runtime.
@@ -144,33 +143,28 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	}
 	defer logf.Close()
 
-	work, agentDirs, err := cg.Delegate()
+	deleg, err := cg.Delegate()
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
-	defer closeFiles(work)
-	defer closeFiles(agentDirs)
+	defer deleg.Close()
 
 	ic := initConfig{
-		ID:            spec.ID,
-		Hostname:      spec.Hostname,
-		Rootfs:        spec.Rootfs,
-		Env:           spec.Env,
-		Limits:        limits,
-		MountDir:      mnt,
-		CgroupVersion: int(r.cg.Version()),
-		WorkCgroups:   map[string]int{},
-		AgentCgroups:  map[string]int{},
+		ID:          spec.ID,
+		Hostname:    spec.Hostname,
+		Rootfs:      spec.Rootfs,
+		Env:         spec.Env,
+		Limits:      limits,
+		MountDir:    mnt,
+		AgentBinary: r.bin,
 	}
 	extra := []*os.File{lnFile, cfgR, statusW}
-	for _, name := range sortedKeys(work) {
-		ic.WorkCgroups[name] = fdListener + len(extra)
-		extra = append(extra, work[name])
+	cgFiles, cgSpec := deleg.ExtraFiles(fdListener + len(extra))
+	ic.CgroupSpec = cgSpec
+	for i := range cgFiles {
+		ic.CgroupFDs = append(ic.CgroupFDs, fdListener+len(extra)+i)
 	}
-	for _, name := range sortedKeys(agentDirs) {
-		ic.AgentCgroups[name] = fdListener + len(extra)
-		extra = append(extra, agentDirs[name])
-	}
+	extra = append(extra, cgFiles...)
 
 	cmd = &exec.Cmd{
 		Path:       r.cfg.AgentPath,
@@ -185,7 +179,10 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: int(r.cfg.UIDRangeSize)}},
 			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: int(r.cfg.UIDRangeSize)}},
 			GidMappingsEnableSetgroups: true,
-			Setsid:                     true,
+			// Become root of the new user namespace (host uid base) before
+			// exec, so the agent has capabilities over its namespaces.
+			Credential: &syscall.Credential{Uid: 0, Gid: 0},
+			Setsid:     true,
 		},
 	}
 	if err := cmd.Start(); err != nil {
@@ -300,14 +297,4 @@ func procStartTime(pid int) (uint64, error) {
 		return 0, errors.New("process is a zombie")
 	}
 	return strconv.ParseUint(fields[19], 10, 64)
-}
-
-func closeFiles(m map[string]*os.File) {
-	for _, f := range m {
-		f.Close()
-	}
-}
-
-func sortedKeys(m map[string]*os.File) []string {
-	return slices.Sorted(maps.Keys(m))
 }

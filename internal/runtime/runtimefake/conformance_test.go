@@ -10,14 +10,7 @@ import (
 
 // TestConformance runs the backend conformance suite (minus the isolation
 // and limit checks, which the fake does not provide).
-//
-// It is skipped for now: Exec/env and Exec/cwd expect HOME and the working
-// directory to read "/home/user", which only a backend that changes the
-// root can show; under the fake processes see host paths
-// (<dir>/root/home/user). Everything else in the suite passes. Remove the
-// skip once runtimetest checks those paths only when Harness.Isolated.
 func TestConformance(t *testing.T) {
-	t.Skip("runtimetest Exec/env and Exec/cwd assert in-sandbox paths that an unisolated fake cannot show")
 	runtimetest.Run(t, runtimetest.Harness{
 		New: func(t *testing.T) runtime.Runtime {
 			r, err := New(t.TempDir(), nil)

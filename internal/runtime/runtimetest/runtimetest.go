@@ -194,8 +194,8 @@ func testExec(t *testing.T, h Harness) {
 		}
 	})
 	t.Run("env", func(t *testing.T) {
-		out := sb.Sh(t, ctx, "echo $BASE $OVER $REQ $HOME")
-		if out != "base base /home/user\n" {
+		out := sb.Sh(t, ctx, "echo $BASE $OVER $REQ")
+		if out != "base base\n" {
 			t.Fatalf("env without request vars: %q", out)
 		}
 		res, out, _ := sb.Run(t, ctx, agentclient.ExecRequest{Shell: "echo $BASE $OVER $REQ", Env: map[string]string{"OVER": "req", "REQ": "r"}})
@@ -204,7 +204,10 @@ func testExec(t *testing.T, h Harness) {
 		}
 	})
 	t.Run("cwd", func(t *testing.T) {
-		if out := sb.Sh(t, ctx, "pwd"); out != "/home/user\n" {
+		if !h.Isolated {
+			t.Skip("unisolated backends run processes in host directories")
+		}
+		if out := sb.Sh(t, ctx, "pwd; echo $HOME"); out != "/home/user\n/home/user\n" {
 			t.Fatalf("default cwd %q", out)
 		}
 		res, out, _ := sb.Run(t, ctx, agentclient.ExecRequest{Argv: []string{"pwd"}, Cwd: "/tmp"})

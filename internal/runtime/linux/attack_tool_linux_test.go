@@ -1,0 +1,250 @@
+package linux
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// attackCommand makes the test binary act as an attacker inside a
+// sandbox. The sandbox sees the agent binary — in tests, this test
+// binary — at agentBinaryPath, so `airlock attack NAME` runs one escape
+// attempt from inside and prints "blocked: <errno>" or "ALLOWED".
+const attackCommand = "attack"
+
+// attacks are syscall-level escape attempts. Each returns nil only if the
+// attempt succeeded, which the tests treat as a breach.
+var attacks = map[string]func() error{
+	"mount": func() error {
+		return unix.Mount("none", "/tmp", "tmpfs", 0, "")
+	},
+	"unshare-user":  func() error { return unix.Unshare(unix.CLONE_NEWUSER) },
+	"unshare-mount": func() error { return unix.Unshare(unix.CLONE_NEWNS) },
+	"unshare-net":   func() error { return unix.Unshare(unix.CLONE_NEWNET) },
+	"clone-newuser": func() error {
+		pid, _, errno := unix.RawSyscall6(unix.SYS_CLONE, unix.CLONE_NEWUSER|uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
+		if errno != 0 {
+			return errno
+		}
+		if pid == 0 {
+			unix.Exit(0)
+		}
+		return nil
+	},
+	"clone3": func() error {
+		args := make([]uint64, 11)
+		args[4] = uint64(unix.SIGCHLD) // exit_signal
+		args[0] = unix.CLONE_NEWUSER
+		pid, _, errno := unix.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(&args[0])), uintptr(len(args)*8), 0)
+		if errno != 0 {
+			return errno
+		}
+		if pid == 0 {
+			unix.Exit(0)
+		}
+		return nil
+	},
+	"setns": func() error {
+		fd, err := unix.Open("/proc/1/ns/mnt", unix.O_RDONLY, 0)
+		if err != nil {
+			return err
+		}
+		return unix.Setns(fd, 0)
+	},
+	"ptrace-agent": func() error {
+		return unix.PtraceAttach(1)
+	},
+	"ptrace-traceme": func() error {
+		_, _, errno := unix.RawSyscall(unix.SYS_PTRACE, unix.PTRACE_TRACEME, 0, 0)
+		if errno != 0 {
+			return errno
+		}
+		return nil
+	},
+	"keyctl": func() error {
+		_, err := unix.KeyctlJoinSessionKeyring("attack")
+		return err
+	},
+	"add_key": func() error {
+		_, err := unix.AddKey("user", "attack", []byte("x"), unix.KEY_SPEC_PROCESS_KEYRING)
+		return err
+	},
+	"io_uring": func() error {
+		params := make([]byte, 120)
+		fd, _, errno := unix.RawSyscall(unix.SYS_IO_URING_SETUP, 4, uintptr(unsafe.Pointer(&params[0])), 0)
+		if errno != 0 {
+			return errno
+		}
+		unix.Close(int(fd))
+		return nil
+	},
+	"bpf": func() error {
+		attr := make([]byte, 128)
+		_, _, errno := unix.RawSyscall(unix.SYS_BPF, 0 /* BPF_MAP_CREATE */, uintptr(unsafe.Pointer(&attr[0])), 128)
+		if errno != 0 {
+			return errno
+		}
+		return nil
+	},
+	"perf_event_open": func() error {
+		attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK}
+		attr.Size = uint32(unsafe.Sizeof(attr))
+		fd, err := unix.PerfEventOpen(&attr, 0, -1, -1, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return err
+	},
+	"userfaultfd": func() error {
+		fd, _, errno := unix.RawSyscall(unix.SYS_USERFAULTFD, 0, 0, 0)
+		if errno != 0 {
+			return errno
+		}
+		unix.Close(int(fd))
+		return nil
+	},
+	"vsock": func() error {
+		fd, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return err
+	},
+	"write-proc-sys": func() error {
+		return os.WriteFile("/proc/sys/kernel/hostname", []byte("pwned"), 0)
+	},
+	"write-sysrq": func() error {
+		return os.WriteFile("/proc/sysrq-trigger", []byte("h"), 0)
+	},
+	"read-kcore": func() error {
+		b := make([]byte, 16)
+		f, err := os.Open("/proc/kcore")
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		n, _ := f.Read(b)
+		if n == 0 {
+			return errors.New("empty (masked)")
+		}
+		return nil
+	},
+	"open-agent-exe": func() error {
+		f, err := os.Open("/proc/1/exe")
+		if err == nil {
+			f.Close()
+		}
+		return err
+	},
+	"agent-fds": func() error {
+		_, err := os.ReadDir("/proc/1/fd")
+		return err
+	},
+	"agent-environ": func() error {
+		_, err := os.ReadFile("/proc/1/environ")
+		return err
+	},
+	"agent-mem": func() error {
+		f, err := os.Open("/proc/1/mem")
+		if err == nil {
+			f.Close()
+		}
+		return err
+	},
+	"write-self-exe": func() error {
+		f, err := os.OpenFile("/proc/self/exe", os.O_WRONLY, 0)
+		if err == nil {
+			f.Close()
+		}
+		return err
+	},
+	"write-agent-binary": func() error {
+		f, err := os.OpenFile(agentBinaryPath, os.O_WRONLY, 0)
+		if err == nil {
+			f.Close()
+		}
+		return err
+	},
+	"pidfd-getfd-agent": func() error {
+		pidfd, err := unix.PidfdOpen(1, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(pidfd)
+		for fd := 3; fd < 16; fd++ {
+			if got, err := unix.PidfdGetfd(pidfd, fd, 0); err == nil {
+				unix.Close(got)
+				return nil
+			} else if !errors.Is(err, unix.EBADF) {
+				return err
+			}
+		}
+		return unix.EBADF
+	},
+	"find-control-socket": func() error {
+		// Any unix socket reachable by path would be a way to the agent or
+		// the host. There must be none.
+		var found string
+		var walk func(dir string, depth int)
+		walk = func(dir string, depth int) {
+			if depth > 6 || found != "" {
+				return
+			}
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				return
+			}
+			for _, e := range entries {
+				p := dir + "/" + e.Name()
+				if dir == "/" {
+					p = "/" + e.Name()
+				}
+				if p == "/proc" || p == "/sys" {
+					continue
+				}
+				if e.Type()&os.ModeSocket != 0 {
+					found = p
+					return
+				}
+				if e.IsDir() {
+					walk(p, depth+1)
+				}
+			}
+		}
+		walk("/", 0)
+		if found == "" {
+			return errors.New("no socket found")
+		}
+		c, err := net.Dial("unix", found)
+		if err != nil {
+			return fmt.Errorf("found %s but: %w", found, err)
+		}
+		c.Close()
+		return nil
+	},
+	"chroot": func() error { return unix.Chroot("/tmp") },
+	"setuid-0-from-user": func() error {
+		return syscall.Setuid(0)
+	},
+}
+
+// runAttack runs one attack and prints its outcome; it returns the exit
+// code.
+func runAttack(name string) int {
+	fn, ok := attacks[name]
+	if !ok {
+		fmt.Println("unknown attack", name)
+		return 2
+	}
+	if err := fn(); err != nil {
+		fmt.Printf("blocked: %v\n", err)
+		return 0
+	}
+	fmt.Println("ALLOWED")
+	return 0
+}
