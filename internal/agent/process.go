@@ -379,9 +379,15 @@ func (t *processTable) run(p *process) {
 		exit.Error = "exit status was lost"
 	case info.exited:
 		exit.ExitCode = int32(info.code)
-		exit.Status = agentv1.ExitStatus_EXIT_STATUS_ERROR
-		if info.code == 0 {
+		switch {
+		case info.code == 0:
 			exit.Status = agentv1.ExitStatus_EXIT_STATUS_SUCCESS
+		case usage.OOMKills > 0:
+			// A process of the tree (say, one stage of a shell pipeline)
+			// was OOM-killed and the command failed because of it.
+			exit.Status = agentv1.ExitStatus_EXIT_STATUS_RESOURCE_EXCEEDED
+		default:
+			exit.Status = agentv1.ExitStatus_EXIT_STATUS_ERROR
 		}
 	default:
 		exit.ExitCode = -1

@@ -130,10 +130,15 @@ func TestCgroups(t *testing.T) {
 	if err != nil || res.Status != agentclient.StatusResourceExceeded || !cgs.called("kill p3") {
 		t.Errorf("OOM: %+v %v, calls %v", res, err, cgs.calls)
 	}
-	// A normal exit stays an exit, OOM kills or not.
-	res, _, _ = h.exec(t, agentclient.ExecRequest{Shell: "exit 2"})
-	if res.Status != agentclient.StatusError || res.ExitCode != 2 {
-		t.Errorf("exit 2 with OOM kills: %+v", res)
+	// A failure exit after an OOM kill in the tree (a pipeline stage was
+	// killed) is a resource failure too; success stays success.
+	res, _, _ = h.exec(t, agentclient.ExecRequest{Shell: "exit 137"})
+	if res.Status != agentclient.StatusResourceExceeded || res.ExitCode != 137 {
+		t.Errorf("exit 137 with OOM kills: %+v", res)
+	}
+	res, _, _ = h.exec(t, agentclient.ExecRequest{Shell: "exit 0"})
+	if res.Status != agentclient.StatusSuccess {
+		t.Errorf("exit 0 with OOM kills: %+v", res)
 	}
 }
 

@@ -150,7 +150,9 @@ func setRlimits(cfg *initConfig) error {
 		v   uint64
 	}{
 		{unix.RLIMIT_NOFILE, cfg.Limits.NoFile},
-		{unix.RLIMIT_FSIZE, uint64(cfg.Limits.DiskBytes)},
+		// No file may be larger than the disk, not even a sparse one
+		// (tmpfs would allow that); real data hits ENOSPC first.
+		{unix.RLIMIT_FSIZE, uint64(cfg.Limits.DiskBytes) + 1<<20},
 		{unix.RLIMIT_CORE, 0},
 	}
 	for _, l := range lim {

@@ -122,7 +122,12 @@ func (i *Instance) Destroy(ctx context.Context) error {
 	i.destroyOnce.Do(func() {
 		close(i.destroyed)
 		var errs []error
+		// Not found: someone (another runtime value after a restart)
+		// destroyed it already.
 		killErr := i.cg.Kill(ctx)
+		if errors.Is(killErr, errdefs.ErrNotFound) {
+			killErr = nil
+		}
 		if killErr != nil {
 			errs = append(errs, killErr)
 		}
@@ -133,7 +138,7 @@ func (i *Instance) Destroy(ctx context.Context) error {
 				errs = append(errs, ctx.Err())
 			}
 		}
-		if err := i.cg.Remove(ctx); err != nil {
+		if err := i.cg.Remove(ctx); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			errs = append(errs, err)
 		}
 		if err := removeStateDir(i.dir); err != nil {

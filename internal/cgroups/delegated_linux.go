@@ -1,0 +1,378 @@
+//go:build linux
+
+package cgroups
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+// Delegated is the agent's view of its sandbox's cgroups: the directories of
+// <id>/work and <id>/agent that the daemon delegated, used only through
+// *at system calls. If the agent restricts itself with landlock, it must add
+// path-beneath rules for these directories first (landlock checks accesses
+// made through descriptors too). A Delegated is safe for concurrent use.
+type Delegated struct {
+	v    Version
+	tab  *table
+	work *group // <id>/work
+	home *group // <id>/agent: where the forking thread returns to (v1)
+
+	// mu guards live and closed, and keeps work and home open: Start holds
+	// it shared while it uses home, Close exclusively.
+	mu     sync.RWMutex
+	live   map[string]bool // exec cgroups between New and Close; Sweep leaves them alone
+	closed bool
+}
+
+// NewDelegated makes a Delegated from directories of <id>/work and
+// <id>/agent, keyed by hierarchy name as in Delegation. It duplicates the
+// descriptors: the caller keeps and closes its files.
+func NewDelegated(v Version, work, home map[string]*os.File) (*Delegated, error) {
+	names := make([]string, 0, len(work))
+	for n := range work {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var es []specEntry
+	var fds []int
+	fail := func(err error) (*Delegated, error) {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, err
+	}
+	if len(home) != len(work) {
+		return fail(fmt.Errorf("cgroups: work and agent directories differ: %w", errdefs.ErrInvalidArgument))
+	}
+	for _, n := range names {
+		w, h := work[n], home[n]
+		if w == nil || h == nil {
+			return fail(fmt.Errorf("cgroups: missing directory for hierarchy %s: %w", clip(n), errdefs.ErrInvalidArgument))
+		}
+		e := specEntry{hier: n}
+		for _, p := range []struct {
+			f  *os.File
+			fd *int
+		}{{w, &e.work}, {h, &e.home}} {
+			fd, err := unix.FcntlInt(p.f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+			if err != nil {
+				return fail(sysErr("dup", n, err))
+			}
+			fds = append(fds, fd)
+			*p.fd = fd
+		}
+		es = append(es, e)
+	}
+	if err := checkHierNames(v, names); err != nil {
+		return fail(err)
+	}
+	d, err := newDelegated(v, es)
+	if err != nil {
+		return fail(err)
+	}
+	return d, nil
+}
+
+// OpenSpec makes a Delegated from descriptors inherited from the daemon as
+// described by spec (see Delegation.ExtraFiles). It takes ownership of the
+// descriptors and marks them close-on-exec so that they never leak into
+// sandboxed processes; on error it closes them.
+func OpenSpec(spec string) (*Delegated, error) {
+	v, es, err := parseSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range es {
+		unix.CloseOnExec(e.work)
+		unix.CloseOnExec(e.home)
+	}
+	d, err := newDelegated(v, es)
+	if err != nil {
+		for _, e := range es {
+			unix.Close(e.work)
+			unix.Close(e.home)
+		}
+		return nil, err
+	}
+	return d, nil
+}
+
+// newDelegated checks that every descriptor is a directory of the right
+// cgroup filesystem and takes ownership of them.
+func newDelegated(v Version, es []specEntry) (*Delegated, error) {
+	var magic int64 = unix.CGROUP_SUPER_MAGIC
+	if v == V2 {
+		magic = unix.CGROUP2_SUPER_MAGIC
+	}
+	d := &Delegated{
+		v:    v,
+		tab:  tables[v],
+		work: &group{v: v, tab: tables[v], rel: "work"},
+		home: &group{v: v, tab: tables[v], rel: "agent"},
+		live: map[string]bool{},
+	}
+	for _, e := range es {
+		for _, fd := range []int{e.work, e.home} {
+			var st unix.Statfs_t
+			if err := unix.Fstatfs(fd, &st); err != nil {
+				return nil, sysErr("statfs", e.hier, err)
+			}
+			if st.Type != magic {
+				return nil, fmt.Errorf("cgroups: descriptor %d is not a cgroup %s directory: %w", fd, v, errdefs.ErrInvalidArgument)
+			}
+		}
+		h := newHier(v, e.hier)
+		d.work.dirs = append(d.work.dirs, dirFD{h: h, fd: e.work})
+		d.home.dirs = append(d.home.dirs, dirFD{h: h, fd: e.home})
+	}
+	return d, nil
+}
+
+// Version reports the cgroup version of d.
+func (d *Delegated) Version() Version { return d.v }
+
+// Close closes d's descriptors. Exec cgroups made by d keep working until
+// their own Close.
+func (d *Delegated) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.closed {
+		d.closed = true
+		d.work.close()
+		d.home.close()
+	}
+	return nil
+}
+
+// New creates the exec cgroup work/<name> in every hierarchy. name must be
+// unique among d's open exec cgroups and must not exist.
+func (d *Delegated) New(name string) (*Exec, error) {
+	if err := checkName("exec cgroup", name); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("cgroups: delegation closed: %w", errdefs.ErrFailedPrecondition)
+	}
+	if d.live[name] {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("cgroups: exec cgroup %s: %w", name, errdefs.ErrAlreadyExists)
+	}
+	d.live[name] = true
+	// The lock stays held while the directories are made so that Close
+	// cannot close them underneath; mkdir is quick.
+	defer d.mu.Unlock()
+	if err := d.work.mkdir(name); err != nil {
+		delete(d.live, name)
+		return nil, err
+	}
+	g, err := d.work.sub(name)
+	if err != nil {
+		for _, w := range d.work.dirs {
+			_ = unix.Unlinkat(w.fd, name, unix.AT_REMOVEDIR)
+		}
+		delete(d.live, name)
+		return nil, err
+	}
+	return &Exec{d: d, name: name, g: g}, nil
+}
+
+// Sweep removes exec cgroups under work/ that no Exec holds open and that
+// have no processes left: those whose Close found them busy, or that a
+// previous agent left behind. Busy ones are left for a later Sweep.
+func (d *Delegated) Sweep() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return fmt.Errorf("cgroups: delegation closed: %w", errdefs.ErrFailedPrecondition)
+	}
+	var errs []error
+	for _, w := range d.work.dirs {
+		names, err := subdirs(w.fd)
+		if err != nil {
+			errs = append(errs, sysErr("list", w.h.name+":work", err))
+			continue
+		}
+		for _, n := range names {
+			if d.live[n] {
+				continue
+			}
+			err := removeTree(w.fd, n, w.h.name+":work/"+n)
+			if err != nil && !errors.Is(err, unix.EBUSY) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Exec is the cgroup of one process tree, work/<name>. Its methods are safe
+// for concurrent use.
+type Exec struct {
+	d    *Delegated
+	name string
+
+	mu sync.RWMutex // guards g against Close
+	g  *group       // nil once closed
+}
+
+// Name returns the exec cgroup's name.
+func (e *Exec) Name() string { return e.name }
+
+func (e *Exec) errClosed() error {
+	return fmt.Errorf("cgroups: exec cgroup %s closed: %w", e.name, errdefs.ErrFailedPrecondition)
+}
+
+// Start calls start, which must fork exactly one process and return its pid,
+// so that the process begins life inside the exec cgroup:
+//
+//   - v2: Start sets attr.UseCgroupFD and attr.CgroupFD (clone3 with
+//     CLONE_INTO_CGROUP, Linux 5.7+), which start must pass on to the fork
+//     (exec.Cmd.SysProcAttr = attr), and clears them afterwards.
+//   - v1: Start runs start on a new goroutine locked to its OS thread,
+//     which it moves into the exec cgroup in every hierarchy (writing the
+//     TID to "tasks") before start forks on it, and back to <id>/agent
+//     after. If moving back fails the goroutine exits still locked, so Go
+//     terminates the thread; the process has started and its pid is
+//     returned with the error. start must therefore not rely on the
+//     caller's thread. attr is not used.
+func (e *Exec) Start(attr *syscall.SysProcAttr, start func() (int, error)) (int, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.g == nil {
+		return 0, e.errClosed()
+	}
+	if e.d.v == V2 {
+		if attr == nil {
+			return 0, fmt.Errorf("cgroups: start needs SysProcAttr on v2: %w", errdefs.ErrInvalidArgument)
+		}
+		attr.UseCgroupFD, attr.CgroupFD = true, e.g.dirs[0].fd
+		pid, err := start()
+		attr.UseCgroupFD, attr.CgroupFD = false, 0
+		return pid, err
+	}
+
+	e.d.mu.RLock()
+	defer e.d.mu.RUnlock()
+	if e.d.closed {
+		return 0, fmt.Errorf("cgroups: delegation closed: %w", errdefs.ErrFailedPrecondition)
+	}
+	// A fresh goroutine, so that if its thread cannot be moved back it can
+	// exit still locked, which makes Go terminate the thread at once: a
+	// thread of the agent left inside an exec cgroup would be frozen and
+	// signalled with it by Kill.
+	type result struct {
+		pid int
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		tid := strconv.Itoa(unix.Gettid())
+		if n, err := moveThread(e.g, tid, len(e.g.dirs)); err != nil {
+			if _, berr := moveThread(e.d.home, tid, n); berr != nil {
+				ch <- result{0, errors.Join(err, berr)}
+				return // still locked: the thread ends with the goroutine
+			}
+			runtime.UnlockOSThread()
+			ch <- result{0, err}
+			return
+		}
+		pid, serr := start()
+		if _, berr := moveThread(e.d.home, tid, len(e.g.dirs)); berr != nil {
+			ch <- result{pid, errors.Join(serr, berr)}
+			return // still locked: the thread ends with the goroutine
+		}
+		runtime.UnlockOSThread()
+		ch <- result{pid, serr}
+	}()
+	r := <-ch
+	return r.pid, r.err
+}
+
+// moveThread writes tid to the tasks file of the first n hierarchies of g
+// and reports how many succeeded.
+func moveThread(g *group, tid string, n int) (int, error) {
+	for i, d := range g.dirs[:n] {
+		if err := writeAt(d.fd, g.tab.tasks.name, tid); err != nil {
+			return i, sysErr("move thread to", g.where(d, g.tab.tasks.name), err)
+		}
+	}
+	return n, nil
+}
+
+// Kill kills every process in the exec cgroup and below and returns once it
+// is empty or ctx is done (30 s without a deadline).
+func (e *Exec) Kill(ctx context.Context) error {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.g == nil {
+		return e.errClosed()
+	}
+	return e.g.kill(ctx)
+}
+
+// Usage reports what the process tree has used so far: v1 cpuacct.usage,
+// memory.max_usage_in_bytes and the oom_kill count of memory.oom_control;
+// v2 usage_usec of cpu.stat, memory.peak (Linux 5.19+) and oom_kill of
+// memory.events.
+func (e *Exec) Usage() (Usage, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.g == nil {
+		return Usage{}, e.errClosed()
+	}
+	var u Usage
+	var err error
+	if u.CPUTime, err = e.g.cpuTime(); err != nil {
+		return Usage{}, err
+	}
+	if u.PeakMemoryBytes, err = e.g.readUint(e.g.tab.memPeak, ""); err != nil {
+		return Usage{}, err
+	}
+	if u.OOMKills, err = e.g.oomKills(); err != nil {
+		return Usage{}, err
+	}
+	return u, nil
+}
+
+// Close removes the exec cgroup. If processes are still in it (background
+// children) it fails with an error wrapping errdefs.ErrFailedPrecondition
+// and leaves the cgroup to Sweep. Calling Close again retries the removal.
+func (e *Exec) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.g != nil {
+		e.g.close()
+		e.g = nil
+	}
+	d := e.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.live, e.name)
+	if d.closed {
+		return fmt.Errorf("cgroups: delegation closed: %w", errdefs.ErrFailedPrecondition)
+	}
+	var errs []error
+	for _, w := range d.work.dirs {
+		errs = append(errs, removeTree(w.fd, e.name, w.h.name+":work/"+e.name))
+	}
+	err := errors.Join(errs...)
+	if errors.Is(err, unix.EBUSY) {
+		return fmt.Errorf("cgroups: exec cgroup %s still has processes: %w", e.name, errdefs.ErrFailedPrecondition)
+	}
+	return err
+}
