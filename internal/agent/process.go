@@ -445,9 +445,13 @@ func (p *process) closeStdin() {
 // killTree kills p's whole tree: through its cgroup when it has one,
 // otherwise through its process group.
 func (t *processTable) killTree(ctx context.Context, p *process) {
+	t.log.Debug("killing process tree", "pid", p.pid)
 	if p.cg != nil {
 		err := p.cg.Kill(ctx)
 		if err == nil {
+			t.log.Debug("killed process tree", "pid", p.pid)
+			// The cgroup is empty; the group kill below is belt and braces.
+			_ = p.killGroup()
 			return
 		}
 		t.log.Warn("kill process cgroup", "pid", p.pid, "err", err)

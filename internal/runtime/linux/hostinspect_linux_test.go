@@ -91,6 +91,9 @@ func takeSnapshot(rt *Runtime) (hostSnapshot, error) {
 		})
 	}
 	_ = filepath.WalkDir(rt.cfg.StateDir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && d.Name() == agentBinDir {
+			return filepath.SkipDir // shared by all sandboxes, kept
+		}
 		if err == nil && p != rt.cfg.StateDir {
 			s.stateFiles = append(s.stateFiles, p)
 		}

@@ -34,7 +34,7 @@ const (
 // serves the agent protocol until it is killed. It returns an exit code.
 func RunAgent() int {
 	status := os.NewFile(fdStatus, "status")
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()}))
 	fail := func(err error) int {
 		log.Error("agent setup failed", "err", err)
 		// The daemon shows this line to the caller: keep it free of host
@@ -121,6 +121,19 @@ func RunAgent() int {
 	}
 	return 0
 }
+
+// logLevel is the agent's log level: AIRLOCK_AGENT_DEBUG=1 in the
+// daemon's environment at build... kept simple: debug when the agent log
+// file requests it via the config.
+func logLevel() slog.Level {
+	if debugAgent {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
+}
+
+// debugAgent turns on debug logging in agents (tests).
+var debugAgent = false
 
 // loopbackUp brings up lo, the only interface of the sandbox's network
 // namespace.

@@ -128,3 +128,5 @@ func TestConformance(t *testing.T) {
 		Isolated: true,
 	})
 }
+
+func init() { debugAgent = true }
