@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/agentclient"
+	"github.com/airlock-sandbox/airlock/internal/runtime"
+	"github.com/airlock-sandbox/airlock/internal/runtime/linux"
+	"github.com/airlock-sandbox/airlock/internal/template"
+)
+
+// demo creates a sandbox from the host template, runs argv in it with the
+// terminal's stdin/stdout/stderr, destroys it and returns the command's
+// exit code.
+func demo(ctx context.Context, dataDir string, argv []string) (int, error) {
+	if err := os.MkdirAll(dataDir, 0o711); err != nil {
+		return 1, err
+	}
+	// Sandbox uids must traverse the data dir to reach template layers.
+	if err := os.Chmod(dataDir, 0o711); err != nil {
+		return 1, err
+	}
+	rt, err := linux.New(linux.Config{StateDir: filepath.Join(dataDir, "sandboxes")})
+	if err != nil {
+		return 1, err
+	}
+	host, err := template.NewHost(template.HostOptions{CacheDir: filepath.Join(dataDir, "templates", "host")})
+	if err != nil {
+		return 1, err
+	}
+	rootfs, err := host.Resolve(ctx)
+	if err != nil {
+		return 1, err
+	}
+	id := fmt.Sprintf("demo-%d", time.Now().UnixNano()%1e12)
+	inst, err := rt.Create(ctx, runtime.Spec{ID: id, Rootfs: rootfs})
+	if err != nil {
+		return 1, err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := inst.Destroy(dctx); err != nil {
+			fmt.Fprintln(os.Stderr, "airlock: destroy:", err)
+		}
+	}()
+	c := agentclient.New(inst.Dial)
+	defer c.Close()
+	res, err := c.Exec(ctx, agentclient.ExecRequest{Argv: argv, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr})
+	if err != nil {
+		return 1, err
+	}
+	fmt.Fprintf(os.Stderr, "airlock: sandbox %s: %s (exit %d) in %v, cpu %v, peak memory %d KiB\n",
+		id, res.Status, res.ExitCode, res.Duration.Round(time.Microsecond), res.CPUTime.Round(time.Microsecond), res.PeakMemoryBytes>>10)
+	if res.ExitCode < 0 {
+		return 128 + res.Signal, nil
+	}
+	return res.ExitCode, nil
+}
