@@ -28,9 +28,9 @@
 // mounted, maybe under landlock) uses [Delegated] and [Exec], which only ever
 // use *at system calls relative to those descriptors. On v1 the agent moves
 // the one OS thread that forks into the exec cgroup and back, so the child is
-// born inside it; on v2 it forks straight into the cgroup with clone3's
-// CLONE_INTO_CGROUP (syscall.SysProcAttr.UseCgroupFD). Either way no child
-// ever runs outside its cgroup.
+// born inside it; on v2 it moves the child right after the fork (clone3's
+// CLONE_INTO_CGROUP would close that window, but the sandbox's seccomp
+// filter refuses clone3).
 //
 // # Order of operations
 //

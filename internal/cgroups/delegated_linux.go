@@ -239,9 +239,9 @@ func (e *Exec) errClosed() error {
 // Start calls start, which must fork exactly one process and return its pid,
 // so that the process begins life inside the exec cgroup:
 //
-//   - v2: Start sets attr.UseCgroupFD and attr.CgroupFD (clone3 with
-//     CLONE_INTO_CGROUP, Linux 5.7+), which start must pass on to the fork
-//     (exec.Cmd.SysProcAttr = attr), and clears them afterwards.
+//   - v2: Start calls start and then moves the new process into the exec
+//     cgroup (clone3 with CLONE_INTO_CGROUP would avoid the window, but the
+//     sandbox's seccomp filter refuses clone3). attr is not used.
 //   - v1: Start runs start on a new goroutine locked to its OS thread,
 //     which it moves into the exec cgroup in every hierarchy (writing the
 //     TID to "tasks") before start forks on it, and back to <id>/agent
@@ -256,13 +256,19 @@ func (e *Exec) Start(attr *syscall.SysProcAttr, start func() (int, error)) (int,
 		return 0, e.errClosed()
 	}
 	if e.d.v == V2 {
-		if attr == nil {
-			return 0, fmt.Errorf("cgroups: start needs SysProcAttr on v2: %w", errdefs.ErrInvalidArgument)
-		}
-		attr.UseCgroupFD, attr.CgroupFD = true, e.g.dirs[0].fd
+		// clone3 (CLONE_INTO_CGROUP) is refused by the sandbox's seccomp
+		// filter, which the agent applies to itself, so the child is moved
+		// right after the fork. A child that forks within those
+		// microseconds leaves its early children in work/, still inside
+		// the sandbox's limits.
 		pid, err := start()
-		attr.UseCgroupFD, attr.CgroupFD = false, 0
-		return pid, err
+		if err != nil {
+			return pid, err
+		}
+		if werr := writeAt(e.g.dirs[0].fd, e.g.tab.procs.name, strconv.Itoa(pid)); werr != nil {
+			return pid, sysErr("move process to", e.g.where(e.g.dirs[0], e.g.tab.procs.name), werr)
+		}
+		return pid, nil
 	}
 
 	e.d.mu.RLock()
