@@ -122,18 +122,15 @@ func RunAgent() int {
 	return 0
 }
 
-// logLevel is the agent's log level: AIRLOCK_AGENT_DEBUG=1 in the
-// daemon's environment at build... kept simple: debug when the agent log
-// file requests it via the config.
+// debugAgent makes agents log at debug level; the package's tests set it.
+var debugAgent = false
+
 func logLevel() slog.Level {
 	if debugAgent {
 		return slog.LevelDebug
 	}
 	return slog.LevelInfo
 }
-
-// debugAgent turns on debug logging in agents (tests).
-var debugAgent = false
 
 // loopbackUp brings up lo, the only interface of the sandbox's network
 // namespace.
