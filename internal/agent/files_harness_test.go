@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -66,31 +64,9 @@ func newFSHarness(tb testing.TB, mutate ...func(*Options)) *fsHarness {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	// Socket paths are limited to 108 bytes; TempDir names can be long.
-	sockDir, err := os.MkdirTemp("", "fsh")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	sock := filepath.Join(sockDir, "a.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- a.Serve(ctx, ln) }()
-	dial := func(ctx context.Context) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}
-	h := &fsHarness{root: root, outside: outside, agent: a, client: agentclient.New(dial), sock: sock}
-	var protocols http.Protocols
-	protocols.SetUnencryptedHTTP2(true)
-	hc := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
-		Protocols:   &protocols,
-	}}
-	h.raw = agentv1connect.NewFileServiceClient(hc, "http://agent")
+	srv := serveAgent(tb, a)
+	h := &fsHarness{root: root, outside: outside, agent: a, client: srv.client, sock: srv.sock}
+	h.raw = agentv1connect.NewFileServiceClient(srv.http, "http://agent")
 	snap := fsSnapshot(tb, outside)
 	tb.Cleanup(func() {
 		// Let Watch streams the test cancelled wind down first: a
@@ -100,14 +76,9 @@ func newFSHarness(tb testing.TB, mutate ...func(*Options)) *fsHarness {
 			time.Sleep(time.Millisecond)
 		}
 		time.Sleep(5 * time.Millisecond)
-		h.client.Close()
-		hc.CloseIdleConnections()
-		cancel()
-		<-served
-		if err := a.Close(); err != nil {
+		if _, err := srv.stop(); err != nil {
 			tb.Errorf("agent Close: %v", err)
 		}
-		os.RemoveAll(sockDir)
 		// Whatever a test did, nothing outside the root may change.
 		h.assertOutsideUntouched(tb, snap)
 	})

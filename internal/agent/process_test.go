@@ -7,8 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -59,44 +57,19 @@ func newHarness(tb testing.TB, mod func(*Options)) *harness {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	// Unix socket paths are short; t.TempDir paths may not be.
-	sockDir, err := os.MkdirTemp("", "agt")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	sock := filepath.Join(sockDir, "s")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- a.Serve(ctx, ln) }()
-	dial := func(ctx context.Context) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}
-	c := agentclient.New(dial)
-	var protocols http.Protocols
-	protocols.SetUnencryptedHTTP2(true)
-	hc := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
-		Protocols:   &protocols,
-	}}
+	srv := serveAgent(tb, a)
+	c := srv.client
 	h := &harness{a: a, c: c, root: root, home: home,
-		raw: agentv1connect.NewProcessServiceClient(hc, "http://agent")}
+		raw: agentv1connect.NewProcessServiceClient(srv.http, "http://agent")}
 	tb.Cleanup(func() {
 		h.killAll()
-		c.Close()
-		hc.CloseIdleConnections()
-		cancel()
-		if err := <-served; err != nil {
-			tb.Errorf("Serve: %v", err)
+		serveErr, closeErr := srv.stop()
+		if serveErr != nil {
+			tb.Errorf("Serve: %v", serveErr)
 		}
-		if err := a.Close(); err != nil {
-			tb.Errorf("Close: %v", err)
+		if closeErr != nil {
+			tb.Errorf("Close: %v", closeErr)
 		}
-		_ = os.RemoveAll(sockDir)
 	})
 	return h
 }
