@@ -220,6 +220,7 @@ func (m *Manager) adopt(ctx context.Context, inst runtime.Instance) bool {
 	rec := &record{
 		sb: Sandbox{
 			ID:           id,
+			Owner:        p.Owner,
 			Template:     p.Template,
 			State:        StateRunning,
 			Limits:       spec.Limits,
@@ -352,6 +353,7 @@ func (m *Manager) createCold(ctx context.Context, rs resolvedSpec) (Sandbox, err
 	rec := &record{
 		sb: Sandbox{
 			ID:           id,
+			Owner:        rs.owner,
 			Template:     rs.template.Name(),
 			State:        StateCreating,
 			Limits:       rs.limits,
@@ -482,6 +484,9 @@ func (f Filter) matches(sb *Sandbox) bool {
 		if !found {
 			return false
 		}
+	}
+	if f.Owner != "" && f.Owner != sb.Owner {
+		return false
 	}
 	for k, v := range f.Metadata {
 		if got, ok := sb.Metadata[k]; !ok || got != v {

@@ -445,8 +445,8 @@ func TestListFilter(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	m := e.manager(Config{})
-	a, _ := m.Create(ctx, Spec{Metadata: map[string]string{"team": "x", "env": "prod"}})
-	b, _ := m.Create(ctx, Spec{Metadata: map[string]string{"team": "x"}})
+	a, _ := m.Create(ctx, Spec{Owner: "t1", Metadata: map[string]string{"team": "x", "env": "prod"}})
+	b, _ := m.Create(ctx, Spec{Owner: "t2", Metadata: map[string]string{"team": "x"}})
 	c, _ := m.Create(ctx, Spec{Template: "other"})
 	if err := m.Destroy(ctx, b.ID); err != nil {
 		t.Fatal(err)
@@ -469,6 +469,9 @@ func TestListFilter(t *testing.T) {
 		{Filter{Metadata: map[string]string{"team": "x", "env": "prod"}}, a.ID},
 		{Filter{Metadata: map[string]string{"team": "y"}}, ""},
 		{Filter{States: []State{StateRunning}, Metadata: map[string]string{"team": "x"}}, a.ID},
+		{Filter{Owner: "t1"}, a.ID},
+		{Filter{Owner: "t2", Metadata: map[string]string{"team": "x"}}, b.ID},
+		{Filter{Owner: "t3"}, ""},
 	}
 	for i, tt := range tests {
 		if got := ids(m.List(tt.f)); got != tt.want {

@@ -119,6 +119,7 @@ func (m *Manager) claim(ctx context.Context, p *pool, rs resolvedSpec) (sb Sandb
 		rec := &record{
 			sb: Sandbox{
 				ID:           pm.inst.ID(),
+				Owner:        rs.owner,
 				Template:     p.template,
 				State:        StateRunning,
 				Limits:       rs.limits,

@@ -19,7 +19,7 @@ func TestRestartAdoption(t *testing.T) {
 	eventually(t, 5*time.Second, "pool fill", func() bool { return poolReady(m1, "host") == 1 })
 
 	// claimed: from the pool (record only in the state file).
-	claimed, err := m1.Create(ctx, Spec{Metadata: map[string]string{"kind": "claimed"}, Env: map[string]string{"E": "1"}, IdleTimeout: time.Minute})
+	claimed, err := m1.Create(ctx, Spec{Owner: "tenant-a", Metadata: map[string]string{"kind": "claimed"}, Env: map[string]string{"E": "1"}, IdleTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestRestartAdoption(t *testing.T) {
 		t.Fatal(err)
 	}
 	// plain: labels only.
-	plain, err := m1.Create(ctx, Spec{Metadata: map[string]string{"kind": "plain"}, Limits: runtime.Limits{Pids: 100}, Timeout: 30 * time.Minute})
+	plain, err := m1.Create(ctx, Spec{Owner: "tenant-b", Metadata: map[string]string{"kind": "plain"}, Limits: runtime.Limits{Pids: 100}, Timeout: 30 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestRestartAdoption(t *testing.T) {
 			t.Errorf("%s (%s) not adopted: %v", want.ID, want.Metadata["kind"], err)
 			continue
 		}
-		if got.State != StateRunning || got.Template != want.Template || got.Metadata["kind"] != want.Metadata["kind"] ||
+		if got.State != StateRunning || got.Owner != want.Owner || got.Template != want.Template || got.Metadata["kind"] != want.Metadata["kind"] ||
 			!got.ExpiresAt.Equal(want.ExpiresAt) || !got.CreatedAt.Equal(want.CreatedAt) ||
 			!got.MaxExpiresAt.Equal(want.MaxExpiresAt) || got.Limits != want.Limits || got.IdleTimeout != want.IdleTimeout {
 			t.Errorf("adopted %s:\n got %+v\nwant %+v", want.Metadata["kind"], got, want)

@@ -64,6 +64,10 @@ func (s State) Valid() bool {
 
 // Spec is a request to create a sandbox. Zero values mean "default".
 type Spec struct {
+	// Owner identifies who the sandbox belongs to (the API layer puts the
+	// tenant here). It is opaque to the Manager, persisted with the
+	// sandbox and usable as a List filter.
+	Owner string
 	// Template names the root filesystem; Config.DefaultTemplate if empty.
 	Template string
 	// Limits caps the sandbox's resources; each zero field takes the
@@ -91,6 +95,7 @@ type Spec struct {
 // maps may be modified by the caller.
 type Sandbox struct {
 	ID       string
+	Owner    string
 	Template string
 	State    State
 	Limits   runtime.Limits
@@ -120,6 +125,8 @@ type Filter struct {
 	States []State
 	// Metadata keeps sandboxes whose metadata holds every pair given.
 	Metadata map[string]string
+	// Owner, if not empty, keeps the sandboxes of this owner.
+	Owner string
 }
 
 // Caps on the size of a Spec's Env and Metadata.
@@ -340,6 +347,7 @@ func checkLimits(l, max runtime.Limits, capped bool) error {
 
 // resolvedSpec is a validated Spec with defaults applied.
 type resolvedSpec struct {
+	owner       string
 	template    template.Source
 	limits      runtime.Limits
 	env         map[string]string
@@ -407,7 +415,11 @@ func (c Config) resolve(s Spec, templates *template.Registry) (resolvedSpec, err
 	if err := checkMap("metadata", s.Metadata, func(k string) bool { return k != "" }); err != nil {
 		return resolvedSpec{}, err
 	}
+	if len(s.Owner) > MaxKeyBytes || !utf8.ValidString(s.Owner) || containsNUL(s.Owner) {
+		return bad("owner must be UTF-8 without NUL bytes and at most %d bytes", MaxKeyBytes)
+	}
 	return resolvedSpec{
+		owner:       s.Owner,
 		template:    src,
 		limits:      l,
 		env:         cloneMap(s.Env),

@@ -29,6 +29,7 @@ const maxStateFileBytes = 4 << 20
 type persisted struct {
 	Version      int               `json:"v"`
 	ID           string            `json:"id,omitempty"`
+	Owner        string            `json:"owner,omitempty"`
 	Template     string            `json:"template"`
 	Pool         bool              `json:"pool,omitempty"` // an unclaimed pool member
 	CreatedAt    time.Time         `json:"created_at"`
@@ -44,6 +45,7 @@ func persistedOf(sb *Sandbox) persisted {
 	return persisted{
 		Version:      1,
 		ID:           sb.ID,
+		Owner:        sb.Owner,
 		Template:     sb.Template,
 		CreatedAt:    sb.CreatedAt,
 		ExpiresAt:    sb.ExpiresAt,
