@@ -321,14 +321,30 @@ func moveThread(g *group, tid string, n int) (int, error) {
 }
 
 // Kill kills every process in the exec cgroup and below and returns once it
-// is empty or ctx is done (30 s without a deadline).
+// is empty and, with a pids controller, every killed task has been reaped
+// (the agent, PID 1, reaps them concurrently), or ctx is done (30 s
+// without a deadline).
 func (e *Exec) Kill(ctx context.Context) error {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.g == nil {
 		return e.errClosed()
 	}
-	return e.g.kill(ctx)
+	ctx, cancel := withDefaultWait(ctx)
+	defer cancel()
+	if err := e.g.kill(ctx); err != nil {
+		return err
+	}
+	// A killed task leaves the process lists at once but holds its slot in
+	// pids.current until it is reaped; wait for the caller's reaper, so
+	// that the next command in the sandbox finds its slots free.
+	if _, ok := e.g.dir(ctrlPids); !ok {
+		return nil
+	}
+	return poll(ctx, "reap "+e.g.rel, func() (bool, error) {
+		n, err := e.g.readUint(e.g.tab.pidsCurrent, "")
+		return n == 0, err
+	})
 }
 
 // Usage reports what the process tree has used so far: v1 cpuacct.usage,

@@ -71,6 +71,9 @@ func agentMain(spec string) int {
 	defer d.Close()
 	execs := map[string]*Exec{}
 	cmds := map[string]*exec.Cmd{}
+	// Like the real agent, the helper reaps its children as they exit
+	// (Exec.Kill waits for that); "wait" collects the result.
+	waited := map[string]chan error{}
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		f := strings.Split(sc.Text(), "\t")
@@ -93,9 +96,14 @@ func agentMain(spec string) int {
 				return cmd.Process.Pid, nil
 			})
 			cmds[f[1]] = cmd
+			if pid > 0 {
+				ch := make(chan error, 1)
+				waited[f[1]] = ch
+				go func() { ch <- cmd.Wait() }()
+			}
 			res = fmt.Sprint(pid)
 		case f[0] == "wait" && len(f) == 2:
-			werr := cmds[f[1]].Wait()
+			werr := <-waited[f[1]]
 			res = cmds[f[1]].ProcessState.String()
 			var ee *exec.ExitError
 			if werr != nil && !errors.As(werr, &ee) {

@@ -25,6 +25,16 @@
 // with CGO_ENABLED=0; with cgo it returns an error wrapping
 // errdefs.ErrNotSupported before changing anything.
 //
+// Landlock gives every thread that calls landlock_restrict_self a domain of
+// its own, and Apply must restrict every thread of a Go process; processes
+// later forked from different threads then sit in sibling domains, and
+// Landlock keeps them from signalling each other (signal scoping) and from
+// inspecting each other through ptrace checks (/proc/<pid>/environ, fd,
+// hidepid). A process whose children must share one domain calls
+// RestrictFiles, re-executes itself (execve keeps only the calling thread,
+// and its domain; the new image's threads all descend from it) and then
+// calls Apply with Policy.FilesRestricted set.
+//
 // clone3 fails with ENOSYS after Apply (its flags live in memory the filter
 // cannot read), so syscall.SysProcAttr.UseCgroupFD, which needs clone3,
 // cannot be used by a confined process; place children into cgroups by
@@ -77,6 +87,10 @@ type Policy struct {
 	// writing and truncation and on which device ioctls (terminal size,
 	// pty unlock, ...) are allowed.
 	DevicePaths []string
+	// FilesRestricted says that RestrictFiles already enforced the Landlock
+	// part of the policy in an earlier image of this process (see
+	// RestrictFiles); Apply then skips Landlock and ignores the path lists.
+	FilesRestricted bool
 	// MinLandlockABI makes Apply fail, before it changes anything, when the
 	// kernel's Landlock ABI is older. Zero means best effort: Landlock is
 	// applied down to whatever the kernel supports, or skipped when the

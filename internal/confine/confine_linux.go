@@ -55,9 +55,11 @@ func Apply(p Policy) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	rs, err := prepareLandlock(p)
-	if err != nil {
-		return Result{}, err
+	rs := &landlockRuleset{fd: -1, abi: int(enforcedABI.Load())}
+	if !p.FilesRestricted {
+		if rs, err = prepareLandlock(p); err != nil {
+			return Result{}, err
+		}
 	}
 	defer rs.close()
 	insts, err := seccompProgram()
@@ -90,6 +92,37 @@ func Apply(p Policy) (Result, error) {
 		SeccompInstructions: len(raw),
 		Duration:            time.Since(start),
 	}, nil
+}
+
+// RestrictFiles enforces only the Landlock part of p, on every thread of
+// the calling process, after setting no_new_privs; see the package
+// documentation for why a process re-executes itself after it. Errors are
+// classed as for Apply.
+func RestrictFiles(p Policy) (Result, error) {
+	applyMu.Lock()
+	defer applyMu.Unlock()
+	start := time.Now()
+
+	p, err := p.validate()
+	if err != nil {
+		return Result{}, err
+	}
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_GETPID, 0, 0, 0); e != 0 {
+		return Result{}, fmt.Errorf("confine: per-process syscalls unavailable (cgo binary?): %v: %w", e, errdefs.ErrNotSupported)
+	}
+	rs, err := prepareLandlock(p)
+	if err != nil {
+		return Result{}, err
+	}
+	defer rs.close()
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
+		return Result{}, fmt.Errorf("confine: set no_new_privs: %v: %w", e, errdefs.ErrInternal)
+	}
+	if err := rs.enforce(); err != nil {
+		return Result{}, err
+	}
+	enforcedABI.Store(int32(rs.abi))
+	return Result{LandlockABI: rs.abi, Missing: rs.missing, Duration: time.Since(start)}, nil
 }
 
 // capPlan is what prepareCaps found and drop will change.

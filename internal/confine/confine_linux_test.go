@@ -46,6 +46,9 @@ func TestMain(m *testing.M) {
 	if name := os.Getenv(envScenario); name != "" {
 		os.Exit(runChild(name))
 	}
+	if mode := os.Getenv(envDomain); mode != "" {
+		os.Exit(runDomainChild(mode))
+	}
 	os.Exit(m.Run())
 }
 

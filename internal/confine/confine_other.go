@@ -17,3 +17,8 @@ func Apply(p Policy) (Result, error) {
 func Status() (State, error) {
 	return State{}, fmt.Errorf("confine: %w on this operating system", errdefs.ErrNotSupported)
 }
+
+// RestrictFiles is only implemented on Linux.
+func RestrictFiles(p Policy) (Result, error) {
+	return Result{}, fmt.Errorf("confine: %w on this operating system", errdefs.ErrNotSupported)
+}

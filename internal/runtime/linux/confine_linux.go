@@ -3,7 +3,6 @@ package linux
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"syscall"
 
@@ -12,15 +11,15 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/confine"
 )
 
-// confineAgent applies the sandbox policy to the agent itself; every
-// process it starts inherits it. Writes are limited to the top-level
-// directories of the root filesystem (and /dev/shm, /dev/pts and a few
-// device files), never /proc, /dev or /sys; the delegated cgroup
+// agentPolicy is the sandbox's filesystem policy, which the agent enforces
+// on itself and every process it starts inherits. Writes are limited to the
+// top-level directories of the root filesystem (and /dev/shm, /dev/pts and
+// a few device files), never /proc, /dev or /sys; the delegated cgroup
 // directories stay writable through their fds.
-func confineAgent(cgroupFDs []int, log *slog.Logger) error {
+func agentPolicy(cgroupFDs []int) (confine.Policy, error) {
 	entries, err := os.ReadDir("/")
 	if err != nil {
-		return err
+		return confine.Policy{}, err
 	}
 	var writable []string
 	for _, e := range entries {
@@ -37,17 +36,12 @@ func confineAgent(cgroupFDs []int, log *slog.Logger) error {
 	for _, n := range devNodes {
 		devices = append(devices, "/dev/"+n)
 	}
-	res, err := confine.Apply(confine.Policy{
+	return confine.Policy{
 		ReadOnly:    []string{"/"},
 		Writable:    writable,
 		WritableFDs: cgroupFDs,
 		DevicePaths: devices,
-	})
-	if err != nil {
-		return err
-	}
-	log.Info("confined", "result", res)
-	return nil
+	}, nil
 }
 
 // delegatedCgroups opens the agent's view of the sandbox's cgroups: the

@@ -9,12 +9,14 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/confine"
 )
 
 // In-sandbox identities. Root inside the sandbox maps to the sandbox's
@@ -29,13 +31,42 @@ const (
 )
 
 // RunAgent is the body of `airlock agent`: the sandbox's PID 1, started by
-// Runtime.Create in fresh namespaces. It reads its configuration from the
-// daemon, builds and enters the root filesystem, confines itself and
-// serves the agent protocol until it is killed. It returns an exit code.
+// Runtime.Create in fresh namespaces. It returns an exit code.
+//
+// It runs in two stages, two images of the same process. The setup stage
+// reads the configuration from the daemon, builds and enters the root
+// filesystem and restricts the filesystem with Landlock; then it
+// re-executes the agent binary inside the sandbox. The serve stage confines
+// itself further (capabilities, seccomp), opens the delegated cgroups and
+// serves the agent protocol until it is killed. The re-exec is what puts
+// every sandboxed process in one Landlock domain: landlock_restrict_self
+// gives each thread of the setup stage a domain of its own, and children
+// forked from different threads could not signal one another (nor could the
+// agent kill them on a timeout). The serve stage's threads all descend from
+// the one thread that called execve.
 func RunAgent() int {
-	status := os.NewFile(fdStatus, "status")
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()}))
-	fail := func(err error) int {
+	if os.Getenv(stageEnv) == stageServe {
+		return serveStage()
+	}
+	return setupStage()
+}
+
+// stageEnv, set to stageServe, is the whole environment of the serve stage.
+const (
+	stageEnv   = "AIRLOCK_AGENT_STAGE"
+	stageServe = "serve"
+)
+
+// maxConfigBytes caps the configuration the agent reads.
+const maxConfigBytes = 16 << 20
+
+// agentStart does what both stages do first: it opens the status pipe and
+// the log, checks that the agent is PID 1, swallows signals and reads the
+// configuration. On failure it has reported the error and returns ok false.
+func agentStart() (status *os.File, log *slog.Logger, cfg initConfig, fail func(error) int, ok bool) {
+	status = os.NewFile(fdStatus, "status")
+	log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()}))
+	fail = func(err error) int {
 		log.Error("agent setup failed", "err", err)
 		// The daemon shows this line to the caller: keep it free of host
 		// paths beyond what the daemon already knows.
@@ -43,16 +74,9 @@ func RunAgent() int {
 		return 1
 	}
 	if os.Getpid() != 1 {
-		return fail(errors.New("agent must run as PID 1 of a new sandbox"))
+		fail(errors.New("agent must run as PID 1 of a new sandbox"))
+		return status, log, cfg, fail, false
 	}
-	cfgFile := os.NewFile(fdConfig, "config")
-	var cfg initConfig
-	if err := json.NewDecoder(cfgFile).Decode(&cfg); err != nil {
-		return fail(fmt.Errorf("read config: %w", err))
-	}
-	cfgFile.Close()
-	log = log.With("sandbox", cfg.ID)
-
 	// Swallow every catchable signal: as PID 1 an unhandled SIGTERM from a
 	// process with the same uid would otherwise end the sandbox. SIGKILL
 	// from inside the PID namespace is ignored by the kernel.
@@ -62,7 +86,25 @@ func RunAgent() int {
 		for range sigs {
 		}
 	}()
+	// fdConfig is read with raw system calls and never closed here: the
+	// setup stage replaces it with the copy it hands to the serve stage.
+	b, err := readAllFD(fdConfig, maxConfigBytes)
+	if err == nil {
+		err = json.Unmarshal(b, &cfg)
+	}
+	if err != nil {
+		fail(fmt.Errorf("read config: %w", err))
+		return status, log, cfg, fail, false
+	}
+	return status, log.With("sandbox", cfg.ID), cfg, fail, true
+}
 
+// setupStage builds the sandbox around the agent and re-executes it.
+func setupStage() int {
+	status, log, cfg, fail, ok := agentStart()
+	if !ok {
+		return 1
+	}
 	if err := setupRootfs(&cfg); err != nil {
 		return fail(fmt.Errorf("root filesystem: %w", err))
 	}
@@ -76,18 +118,54 @@ func RunAgent() int {
 		return fail(fmt.Errorf("rlimits: %w", err))
 	}
 	// Non-dumpable: sandboxed code, even root inside, cannot ptrace the
-	// agent or open /proc/1/{exe,fd,mem,environ}.
+	// agent or open /proc/1/{exe,fd,mem,environ}. The serve stage sets it
+	// again (execve resets it).
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fail(fmt.Errorf("dumpable: %w", err))
 	}
+	policy, err := agentPolicy(cfg.CgroupFDs)
+	if err != nil {
+		return fail(fmt.Errorf("confine: %w", err))
+	}
+	res, err := confine.RestrictFiles(policy)
+	if err != nil {
+		return fail(fmt.Errorf("confine: %w", err))
+	}
+	log.Debug("filesystem restricted", "result", res)
+	if err := passConfig(&cfg); err != nil {
+		return fail(fmt.Errorf("pass config: %w", err))
+	}
+	// A cgroup namespace rooted at the agent's cgroup, so that sandboxed
+	// code sees /proc/self/cgroup as "/../work/p1" instead of the host's
+	// path with the sandbox id. unshare applies to the calling thread
+	// only; that thread then execs, and the serve stage is all in it.
+	runtime.LockOSThread() // never unlocked: this thread becomes the serve stage
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return fail(fmt.Errorf("cgroup namespace: %w", err))
+	}
+	err = syscall.Exec(agentBinaryPath, os.Args, []string{stageEnv + "=" + stageServe})
+	runtime.KeepAlive(status) // its finalizer must not close fdStatus before the exec
+	return fail(fmt.Errorf("re-execute agent: %w", err))
+}
 
+// serveStage finishes confinement and serves the daemon.
+func serveStage() int {
+	status, log, cfg, fail, ok := agentStart()
+	if !ok {
+		return 1
+	}
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail(fmt.Errorf("dumpable: %w", err))
+	}
 	execCgroups, err := delegatedCgroups(&cfg)
 	if err != nil {
 		return fail(fmt.Errorf("cgroups: %w", err))
 	}
-	if err := confineAgent(cfg.CgroupFDs, log); err != nil {
+	res, err := confine.Apply(confine.Policy{FilesRestricted: true})
+	if err != nil {
 		return fail(fmt.Errorf("confine: %w", err))
 	}
+	log.Info("confined", "result", res)
 
 	lnFile := os.NewFile(fdListener, "control")
 	ln, err := net.FileListener(lnFile)
@@ -120,6 +198,53 @@ func RunAgent() int {
 		return 1
 	}
 	return 0
+}
+
+// readAllFD reads fd to its end, at most max bytes.
+func readAllFD(fd, max int) ([]byte, error) {
+	var b []byte
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := unix.Read(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return b, nil
+		}
+		if len(b)+n > max {
+			return nil, fmt.Errorf("longer than %d bytes", max)
+		}
+		b = append(b, buf[:n]...)
+	}
+}
+
+// passConfig puts cfg in a memfd at fdConfig (replacing the daemon's pipe,
+// without close-on-exec) for the serve stage to read.
+func passConfig(cfg *initConfig) error {
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	fd, err := unix.MemfdCreate("airlock-config", unix.MFD_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	for off := 0; off < len(b); {
+		n, err := unix.Write(fd, b[off:])
+		if err != nil {
+			return err
+		}
+		off += n
+	}
+	if _, err := unix.Seek(fd, 0, 0); err != nil {
+		return err
+	}
+	return unix.Dup3(fd, fdConfig, 0)
 }
 
 // debugAgent makes agents log at debug level; the package's tests set it.
