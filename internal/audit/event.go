@@ -1,6 +1,3 @@
-// Package audit keeps the append-only, hash-chained record of what was done
-// through Airlock: every API mutation, every exec and every file write, with
-// who did it, when and the outcome.
 package audit
 
 import "time"

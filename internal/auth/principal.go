@@ -1,5 +1,3 @@
-// Package auth identifies API callers: tenants, API keys and their scopes.
-// A request that passes authentication carries a Principal in its context.
 package auth
 
 import (

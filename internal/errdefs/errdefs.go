@@ -18,6 +18,7 @@ var (
 	ErrNotFound           = errors.New("not found")
 	ErrAlreadyExists      = errors.New("already exists")
 	ErrInvalidArgument    = errors.New("invalid argument")
+	ErrUnauthenticated    = errors.New("unauthenticated")
 	ErrPermissionDenied   = errors.New("permission denied")
 	ErrResourceExhausted  = errors.New("resource exhausted")
 	ErrFailedPrecondition = errors.New("failed precondition")
@@ -30,7 +31,7 @@ var (
 
 // classes lists every class, in the order Class reports them.
 var classes = []error{
-	ErrNotFound, ErrAlreadyExists, ErrInvalidArgument, ErrPermissionDenied,
+	ErrNotFound, ErrAlreadyExists, ErrInvalidArgument, ErrUnauthenticated, ErrPermissionDenied,
 	ErrResourceExhausted, ErrFailedPrecondition, ErrUnavailable, ErrTimeout,
 	ErrCanceled, ErrNotSupported, ErrInternal,
 }

@@ -14,6 +14,7 @@ func TestClass(t *testing.T) {
 		{nil, nil},
 		{fmt.Errorf("sandbox x: %w", ErrNotFound), ErrNotFound},
 		{fmt.Errorf("a: %w", fmt.Errorf("b: %w", ErrTimeout)), ErrTimeout},
+		{fmt.Errorf("api key: %w", ErrUnauthenticated), ErrUnauthenticated},
 		{context.DeadlineExceeded, ErrInternal},
 		{fmt.Errorf("plain"), ErrInternal},
 	}

@@ -454,7 +454,9 @@ func (i *Instance) killProcesses(ctx context.Context) error {
 			Process: &agentv1.ProcessSelector{Selector: &agentv1.ProcessSelector_Pid{Pid: p.GetPid()}},
 			Signal:  int32(syscall.SIGKILL),
 		}))
-		if err != nil && connect.CodeOf(err) != connect.CodeNotFound {
+		// A process that exited between List and the signal is gone
+		// already (NotFound, or FailedPrecondition while being reaped).
+		if code := connect.CodeOf(err); err != nil && code != connect.CodeNotFound && code != connect.CodeFailedPrecondition {
 			errs = append(errs, fmt.Errorf("kill %d: %w", p.GetPid(), err))
 		}
 	}

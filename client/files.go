@@ -1,0 +1,134 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// FileInfo describes a file or directory in a sandbox.
+type FileInfo struct {
+	Name string `json:"name"`
+	// Path is the absolute path inside the sandbox.
+	Path string `json:"path"`
+	// Type is "file", "dir", "symlink" or "other".
+	Type string `json:"type"`
+	Size int64  `json:"size"`
+	// Mode holds the Unix permission bits, with setuid (04000), setgid
+	// (02000) and sticky (01000).
+	Mode          uint32    `json:"mode"`
+	UID           uint32    `json:"uid"`
+	GID           uint32    `json:"gid"`
+	ModTime       time.Time `json:"mod_time"`
+	SymlinkTarget string    `json:"symlink_target,omitempty"`
+	// SHA256 is the hex SHA-256 of the bytes the server received
+	// (WriteFile only).
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+func checkPath(path string) error {
+	if path == "" {
+		return fmt.Errorf("airlock: file path is empty: %w", ErrInvalid)
+	}
+	return nil
+}
+
+// WriteFile streams r into the file at path in sandbox id (relative paths
+// are relative to the user's home), creating parent directories. The file
+// is replaced once the whole content has arrived; if r fails or ctx ends
+// first, the old file is left as it was. r is read as the request is
+// sent, never buffered whole. When r is a *bytes.Reader, *bytes.Buffer or
+// *strings.Reader its length is sent ahead, otherwise the body is
+// chunked.
+func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader) (*FileInfo, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	if err := checkPath(path); err != nil {
+		return nil, err
+	}
+	if r == nil {
+		r = http.NoBody
+	}
+	req, err := c.newRequest(ctx, http.MethodPut, sandboxPath(id, "/files"), url.Values{"path": {path}}, r)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := c.send(req, http.StatusOK)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out FileInfo
+	if err := c.decodeBody(resp, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ReadFile opens the file at path in sandbox id for streaming. The caller
+// must close the reader. A transfer that breaks midway makes Read fail
+// (io.ErrUnexpectedEOF), so a short file is never mistaken for a whole
+// one.
+func (c *Client) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	if err := checkPath(path); err != nil {
+		return nil, err
+	}
+	req, err := c.newRequest(ctx, http.MethodGet, sandboxPath(id, "/files"), url.Values{"path": {path}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.send(req, http.StatusOK)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// RemoveFile deletes the file, symlink or (with recursive) directory tree
+// at path in sandbox id.
+func (c *Client) RemoveFile(ctx context.Context, id, path string, recursive bool) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if err := checkPath(path); err != nil {
+		return err
+	}
+	q := url.Values{"path": {path}}
+	if recursive {
+		q.Set("recursive", "true")
+	}
+	return c.doJSON(ctx, http.MethodDelete, sandboxPath(id, "/files"), q, nil, nil, http.StatusNoContent)
+}
+
+// ListDir lists the directory at path in sandbox id ("" for the user's
+// home) to depth levels (0 or 1: its entries only; the server allows up to
+// 32). truncated reports that the server's entry cap was hit.
+func (c *Client) ListDir(ctx context.Context, id, path string, depth int) (entries []FileInfo, truncated bool, err error) {
+	if err := checkID(id); err != nil {
+		return nil, false, err
+	}
+	q := url.Values{}
+	if path != "" {
+		q.Set("path", path)
+	}
+	if depth > 1 {
+		q.Set("depth", strconv.Itoa(depth))
+	}
+	var out struct {
+		Entries   []FileInfo `json:"entries"`
+		Truncated bool       `json:"truncated"`
+	}
+	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "/files/list"), q, nil, &out, http.StatusOK); err != nil {
+		return nil, false, err
+	}
+	return out.Entries, out.Truncated, nil
+}

@@ -1,0 +1,224 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// maxPTYWrite is the largest frame PTY.Write sends (the server accepts up
+// to 256 KiB).
+const maxPTYWrite = 64 << 10
+
+// PTYOptions describe an interactive terminal session.
+type PTYOptions struct {
+	// Cols and Rows are the terminal size; zero means 80x24.
+	Cols, Rows uint16
+	// Command is a shell command line; empty means a login shell.
+	Command string
+}
+
+// PTYExit is how the process of a terminal session ended.
+type PTYExit struct {
+	// Status is one of the Status constants of Exec.
+	Status   string
+	ExitCode int
+	Signal   int
+	Duration time.Duration
+	// Error says why the process could not be started, if it could not.
+	Error string
+}
+
+// PTY is an interactive terminal session in a sandbox. Read returns the
+// terminal's output and io.EOF once the session has ended; Write sends
+// keyboard input. The output must be read (or drained): a session whose
+// output nobody reads stalls, and the server ends it after a minute.
+// Close ends the session and kills the process; Wait returns how the
+// process ended.
+type PTY struct {
+	conn   *websocket.Conn
+	pr     *io.PipeReader
+	pw     *io.PipeWriter
+	cancel context.CancelFunc
+	write  func(typ websocket.MessageType, b []byte) error
+	done   chan struct{}
+
+	mu   sync.Mutex
+	exit *PTYExit
+	err  error
+}
+
+// ptyFrame is a text frame from the server.
+type ptyFrame struct {
+	Type       string          `json:"type"`
+	Status     string          `json:"status"`
+	ExitCode   int             `json:"exit_code"`
+	Signal     int             `json:"signal"`
+	DurationMS int64           `json:"duration_ms"`
+	Error      json.RawMessage `json:"error"`
+}
+
+// PTY opens an interactive terminal in sandbox id over a WebSocket.
+func (c *Client) PTY(ctx context.Context, id string, opts PTYOptions) (*PTY, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	q := url.Values{}
+	if opts.Cols > 0 {
+		q.Set("cols", strconv.Itoa(int(opts.Cols)))
+	}
+	if opts.Rows > 0 {
+		q.Set("rows", strconv.Itoa(int(opts.Rows)))
+	}
+	if opts.Command != "" {
+		q.Set("cmd", opts.Command)
+	}
+	hdr := http.Header{}
+	hdr.Set("Authorization", "Bearer "+c.key)
+	if c.userAgent != "" {
+		hdr.Set("User-Agent", c.userAgent)
+	}
+	hc := *c.hc
+	hc.Timeout = 0 // the session may last; ctx bounds the handshake
+	conn, resp, err := websocket.Dial(ctx, c.endpoint(sandboxPath(id, "/pty"), q), &websocket.DialOptions{
+		HTTPClient: &hc,
+		HTTPHeader: hdr,
+	})
+	if err != nil {
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			defer resp.Body.Close()
+			return nil, decodeError(resp)
+		}
+		return nil, fmt.Errorf("airlock: pty: %w", err)
+	}
+	conn.SetReadLimit(1 << 20)
+	life, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	p := &PTY{conn: conn, pr: pr, pw: pw, cancel: cancel, done: make(chan struct{})}
+	p.write = func(typ websocket.MessageType, b []byte) error {
+		return conn.Write(life, typ, b)
+	}
+	go p.readLoop(life)
+	return p, nil
+}
+
+// readLoop receives the server's frames until the connection ends.
+func (p *PTY) readLoop(ctx context.Context) {
+	var err error
+	for {
+		var typ websocket.MessageType
+		var data []byte
+		typ, data, err = p.conn.Read(ctx)
+		if err != nil {
+			break
+		}
+		switch typ {
+		case websocket.MessageBinary:
+			// Fails only once the reader was closed: drop the output.
+			_, _ = p.pw.Write(data)
+		case websocket.MessageText:
+			p.frame(data)
+		}
+	}
+	p.mu.Lock()
+	if p.exit == nil && p.err == nil {
+		if websocket.CloseStatus(err) == websocket.StatusNormalClosure {
+			p.err = fmt.Errorf("airlock: pty: session closed before the process exited: %w", ErrUnavailable)
+		} else {
+			p.err = fmt.Errorf("airlock: pty: connection lost: %w", err)
+		}
+	}
+	p.mu.Unlock()
+	_ = p.pw.Close()
+	close(p.done)
+}
+
+// frame handles a text frame: the exit report or an error.
+func (p *PTY) frame(data []byte) {
+	var f ptyFrame
+	if json.Unmarshal(data, &f) != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch f.Type {
+	case "exit":
+		e := &PTYExit{Status: f.Status, ExitCode: f.ExitCode, Signal: f.Signal,
+			Duration: time.Duration(f.DurationMS) * time.Millisecond}
+		if len(f.Error) > 0 {
+			_ = json.Unmarshal(f.Error, &e.Error)
+		}
+		p.exit = e
+	case "error":
+		var d errDetail
+		_ = json.Unmarshal(f.Error, &d)
+		if d.Code == "" {
+			d.Code, d.Message = "internal", "the terminal session failed"
+		}
+		p.err = &APIError{Status: http.StatusSwitchingProtocols, Code: d.Code, Message: d.Message}
+	}
+}
+
+// Read reads terminal output. It returns io.EOF once the session has
+// ended and all output was read.
+func (p *PTY) Read(b []byte) (int, error) { return p.pr.Read(b) }
+
+// Write sends keyboard input to the terminal.
+func (p *PTY) Write(b []byte) (int, error) {
+	n := 0
+	for len(b) > 0 {
+		chunk := b[:min(len(b), maxPTYWrite)]
+		if err := p.write(websocket.MessageBinary, chunk); err != nil {
+			return n, fmt.Errorf("airlock: pty write: %w", err)
+		}
+		n += len(chunk)
+		b = b[len(chunk):]
+	}
+	return n, nil
+}
+
+// Resize changes the terminal size.
+func (p *PTY) Resize(ctx context.Context, cols, rows uint16) error {
+	if cols == 0 || rows == 0 {
+		return fmt.Errorf("airlock: pty resize: cols and rows must be positive: %w", ErrInvalid)
+	}
+	b, _ := json.Marshal(map[string]any{"type": "resize", "cols": cols, "rows": rows})
+	if err := p.conn.Write(ctx, websocket.MessageText, b); err != nil {
+		return fmt.Errorf("airlock: pty resize: %w", err)
+	}
+	return nil
+}
+
+// Close ends the session; the server kills the process if it still runs.
+// It is safe to call more than once and after the process exited.
+func (p *PTY) Close() error {
+	_ = p.conn.Close(websocket.StatusNormalClosure, "")
+	p.cancel()
+	<-p.done
+	return p.pr.Close()
+}
+
+// Wait blocks until the session has ended and returns how the process
+// ended; the error says why the session ended otherwise (the server's
+// error, or a lost connection).
+func (p *PTY) Wait(ctx context.Context) (*PTYExit, error) {
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exit != nil {
+		return p.exit, nil
+	}
+	return nil, p.err
+}

@@ -1,0 +1,225 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Limits are a sandbox's resource caps. Zero fields take the server's
+// defaults.
+type Limits struct {
+	CPUs     float64 `json:"cpus,omitempty"`
+	MemoryMB int64   `json:"memory_mb,omitempty"`
+	Pids     int64   `json:"pids,omitempty"`
+	DiskMB   int64   `json:"disk_mb,omitempty"`
+}
+
+// Network is a sandbox's network policy. Mode "none" (the default) gives
+// the sandbox loopback only.
+type Network struct {
+	Mode  string   `json:"mode"`
+	Allow []string `json:"allow,omitempty"`
+}
+
+// CreateSandboxRequest describes a sandbox to create. Zero values mean
+// the server's defaults.
+type CreateSandboxRequest struct {
+	// Template names the root filesystem ("host" by default).
+	Template string
+	// Timeout is how long the sandbox lives; rounded up to whole
+	// seconds.
+	Timeout time.Duration
+	// IdleTimeout destroys the sandbox after this long without activity;
+	// rounded up to whole seconds.
+	IdleTimeout time.Duration
+	Limits      *Limits
+	Network     *Network
+	// Env is added to every command's environment.
+	Env map[string]string
+	// Metadata are labels returned with the sandbox and usable as list
+	// filters.
+	Metadata map[string]string
+}
+
+// State is where a sandbox is in its lifecycle.
+type State string
+
+// The sandbox states.
+const (
+	StateCreating State = "creating"
+	StateRunning  State = "running"
+	StatePaused   State = "paused"
+	StateStopping State = "stopping"
+	StateStopped  State = "stopped"
+	StateFailed   State = "failed"
+)
+
+// Sandbox describes a sandbox.
+type Sandbox struct {
+	ID       string
+	State    State
+	Template string
+	Limits   Limits
+	Metadata map[string]string
+	// CreatedAt, ExpiresAt and MaxExpiresAt (the latest expiry SetTimeout
+	// can reach) are server times.
+	CreatedAt      time.Time
+	ExpiresAt      time.Time
+	MaxExpiresAt   time.Time
+	IdleTimeout    time.Duration
+	LastActivityAt time.Time
+	// StoppedAt is zero unless the sandbox is stopped.
+	StoppedAt time.Time
+	// Error says why a failed sandbox failed.
+	Error string
+}
+
+// ListOptions filter ListSandboxes. Empty fields match everything.
+type ListOptions struct {
+	// States keeps sandboxes in any of these states.
+	States []State
+	// Metadata keeps sandboxes whose metadata holds every pair.
+	Metadata map[string]string
+}
+
+type createBody struct {
+	Template     string            `json:"template,omitempty"`
+	TimeoutS     int64             `json:"timeout_s,omitempty"`
+	IdleTimeoutS int64             `json:"idle_timeout_s,omitempty"`
+	Limits       *Limits           `json:"limits,omitempty"`
+	Network      *Network          `json:"network,omitempty"`
+	Env          map[string]string `json:"env,omitempty"`
+	Metadata     map[string]string `json:"metadata,omitempty"`
+}
+
+type sandboxBody struct {
+	ID             string            `json:"id"`
+	State          State             `json:"state"`
+	Template       string            `json:"template"`
+	Limits         Limits            `json:"limits"`
+	Metadata       map[string]string `json:"metadata"`
+	CreatedAt      time.Time         `json:"created_at"`
+	ExpiresAt      time.Time         `json:"expires_at"`
+	MaxExpiresAt   time.Time         `json:"max_expires_at"`
+	IdleTimeoutS   int64             `json:"idle_timeout_s"`
+	LastActivityAt time.Time         `json:"last_activity_at"`
+	StoppedAt      *time.Time        `json:"stopped_at"`
+	Error          string            `json:"error"`
+}
+
+func (b *sandboxBody) sandbox() *Sandbox {
+	sb := &Sandbox{
+		ID:             b.ID,
+		State:          b.State,
+		Template:       b.Template,
+		Limits:         b.Limits,
+		Metadata:       b.Metadata,
+		CreatedAt:      b.CreatedAt,
+		ExpiresAt:      b.ExpiresAt,
+		MaxExpiresAt:   b.MaxExpiresAt,
+		IdleTimeout:    time.Duration(b.IdleTimeoutS) * time.Second,
+		LastActivityAt: b.LastActivityAt,
+		Error:          b.Error,
+	}
+	if b.StoppedAt != nil {
+		sb.StoppedAt = *b.StoppedAt
+	}
+	return sb
+}
+
+// seconds rounds d up to whole seconds.
+func seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// checkID rejects IDs that cannot name a sandbox before a request is sent.
+func checkID(id string) error {
+	if id == "" || strings.ContainsAny(id, "/?#") {
+		return fmt.Errorf("airlock: sandbox id %q is not valid: %w", id, ErrInvalid)
+	}
+	return nil
+}
+
+// CreateSandbox creates a sandbox and returns it once it runs.
+func (c *Client) CreateSandbox(ctx context.Context, req CreateSandboxRequest) (*Sandbox, error) {
+	in := createBody{
+		Template:     req.Template,
+		TimeoutS:     seconds(req.Timeout),
+		IdleTimeoutS: seconds(req.IdleTimeout),
+		Limits:       req.Limits,
+		Network:      req.Network,
+		Env:          req.Env,
+		Metadata:     req.Metadata,
+	}
+	var out sandboxBody
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/sandboxes", nil, in, &out, http.StatusCreated); err != nil {
+		return nil, err
+	}
+	return out.sandbox(), nil
+}
+
+// ListSandboxes returns the caller's sandboxes that opts selects, oldest
+// first. Stopped sandboxes stay listed for a short while.
+func (c *Client) ListSandboxes(ctx context.Context, opts ListOptions) ([]Sandbox, error) {
+	q := url.Values{}
+	for _, s := range opts.States {
+		q.Add("state", string(s))
+	}
+	for k, v := range opts.Metadata {
+		q.Set("metadata."+k, v)
+	}
+	var out struct {
+		Sandboxes []sandboxBody `json:"sandboxes"`
+	}
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/sandboxes", q, nil, &out, http.StatusOK); err != nil {
+		return nil, err
+	}
+	sbs := make([]Sandbox, 0, len(out.Sandboxes))
+	for i := range out.Sandboxes {
+		sbs = append(sbs, *out.Sandboxes[i].sandbox())
+	}
+	return sbs, nil
+}
+
+// GetSandbox returns sandbox id.
+func (c *Client) GetSandbox(ctx context.Context, id string) (*Sandbox, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	var out sandboxBody
+	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, ""), nil, nil, &out, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return out.sandbox(), nil
+}
+
+// DeleteSandbox destroys sandbox id. Deleting a stopped sandbox succeeds.
+func (c *Client) DeleteSandbox(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	return c.doJSON(ctx, http.MethodDelete, sandboxPath(id, ""), nil, nil, nil, http.StatusNoContent)
+}
+
+// SetTimeout makes sandbox id expire d (rounded up to whole seconds) from
+// now, and returns the updated sandbox.
+func (c *Client) SetTimeout(ctx context.Context, id string, d time.Duration) (*Sandbox, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	in := struct {
+		TimeoutS int64 `json:"timeout_s"`
+	}{seconds(d)}
+	var out sandboxBody
+	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "/timeout"), nil, in, &out, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return out.sandbox(), nil
+}

@@ -1,0 +1,273 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/auth"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/runtime"
+	"github.com/airlock-sandbox/airlock/internal/runtime/runtimefake"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/template"
+)
+
+// staticSource is a template that resolves to a fixed rootfs (the fake
+// runtime does not mount it).
+type staticSource struct{ name string }
+
+func (s staticSource) Name() string { return s.name }
+func (s staticSource) Resolve(ctx context.Context) (runtime.Rootfs, error) {
+	if err := ctx.Err(); err != nil {
+		return runtime.Rootfs{}, err
+	}
+	return runtime.Rootfs{Layers: []string{"/nonexistent/" + s.name}}, nil
+}
+
+// fakeAuth maps tokens to principals.
+type fakeAuth struct {
+	keys map[string]auth.Principal
+	err  error // returned for every token when set
+}
+
+func (f *fakeAuth) Authenticate(ctx context.Context, token string) (auth.Principal, error) {
+	if f.err != nil {
+		return auth.Principal{}, f.err
+	}
+	p, ok := f.keys[token]
+	if !ok {
+		return auth.Principal{}, fmt.Errorf("unknown key: %w", errdefs.ErrUnauthenticated)
+	}
+	return p, nil
+}
+
+// fakeAudit records events; fail makes Append fail.
+type fakeAudit struct {
+	mu     sync.Mutex
+	events []audit.Event
+	fail   error
+}
+
+func (f *fakeAudit) Append(ctx context.Context, ev audit.Event) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return f.fail
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	f.events = append(f.events, ev)
+	return nil
+}
+
+func (f *fakeAudit) setFail(err error) {
+	f.mu.Lock()
+	f.fail = err
+	f.mu.Unlock()
+}
+
+// take returns and forgets the events recorded so far.
+func (f *fakeAudit) take() []audit.Event {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ev := f.events
+	f.events = nil
+	return ev
+}
+
+// fakeLimiter denies the keys in deny.
+type fakeLimiter struct {
+	mu   sync.Mutex
+	deny map[string]bool
+}
+
+func (f *fakeLimiter) Allow(keyID string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.deny[keyID]
+}
+
+func (f *fakeLimiter) set(keyID string, deny bool) {
+	f.mu.Lock()
+	f.deny[keyID] = deny
+	f.mu.Unlock()
+}
+
+// fakeQuota gives per-tenant quotas.
+type fakeQuota struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (f *fakeQuota) SandboxQuota(ctx context.Context, tenant string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n[tenant], nil
+}
+
+func (f *fakeQuota) set(tenant string, n int) {
+	f.mu.Lock()
+	f.n[tenant] = n
+	f.mu.Unlock()
+}
+
+// The test tenants and keys.
+const (
+	tenantA = "tenant-a"
+	tenantB = "tenant-b"
+	keyA    = "secret-key-a" // tenant A, the four sandbox scopes
+	keyB    = "secret-key-b" // tenant B, admin (admin must not cross tenants)
+	keyNone = "secret-key-none"
+)
+
+// apiScopes are the scopes the routes of this package need.
+var apiScopes = []auth.Scope{auth.ScopeSandboxesRead, auth.ScopeSandboxesWrite, auth.ScopeExec, auth.ScopeFiles}
+
+// keyWithout is the token of a tenant-A key that has every API scope but s.
+func keyWithout(s auth.Scope) string { return "secret-key-a-without-" + string(s) }
+
+// testEnv is a real API server over a real Manager on the fake runtime.
+type testEnv struct {
+	t       testing.TB
+	rt      *runtimefake.Runtime
+	mgr     *sandbox.Manager
+	h       *Handler
+	srv     *httptest.Server
+	audit   *fakeAudit
+	limiter *fakeLimiter
+	quota   *fakeQuota
+	auth    *fakeAuth
+	ready   func(context.Context) error
+}
+
+func newTestEnv(t testing.TB, tune ...func(*Config)) *testEnv {
+	t.Helper()
+	rt, err := runtimefake.New(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := rt.Close(context.Background()); err != nil {
+			t.Errorf("runtime close: %v", err)
+		}
+	})
+	reg, err := template.NewRegistry(staticSource{"host"}, staticSource{"other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := sandbox.New(rt, reg, sandbox.Config{
+		StateDir:       filepath.Join(t.TempDir(), "state"),
+		HealthInterval: -1,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mgr.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mgr.Close(context.Background()) })
+
+	keys := map[string]auth.Principal{
+		keyA:    {TenantID: tenantA, KeyID: "ka", Scopes: apiScopes},
+		keyB:    {TenantID: tenantB, KeyID: "kb", Scopes: []auth.Scope{auth.ScopeAdmin}},
+		keyNone: {TenantID: tenantA, KeyID: "knone"},
+	}
+	for _, s := range apiScopes {
+		keys[keyWithout(s)] = auth.Principal{TenantID: tenantA, KeyID: "k-no-" + string(s),
+			Scopes: slices.DeleteFunc(slices.Clone(apiScopes), func(x auth.Scope) bool { return x == s })}
+	}
+	e := &testEnv{
+		t:       t,
+		rt:      rt,
+		mgr:     mgr,
+		audit:   &fakeAudit{},
+		limiter: &fakeLimiter{deny: map[string]bool{}},
+		quota:   &fakeQuota{n: map[string]int{}},
+		auth:    &fakeAuth{keys: keys},
+	}
+	cfg := Config{
+		Sandboxes: mgr,
+		Auth:      e.auth,
+		Audit:     e.audit,
+		Limiter:   e.limiter,
+		Quota:     e.quota,
+		Ready:     func(ctx context.Context) error { return e.readyErr(ctx) },
+	}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	e.h, err = New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv = httptest.NewServer(e.h)
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+func (e *testEnv) readyErr(ctx context.Context) error {
+	if e.ready != nil {
+		return e.ready(ctx)
+	}
+	return nil
+}
+
+// client returns an API client with key.
+func (e *testEnv) client(key string) *client.Client {
+	e.t.Helper()
+	c, err := client.New(e.srv.URL, key, client.WithHTTPClient(e.srv.Client()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
+// sandbox creates a sandbox for tenant A through the API.
+func (e *testEnv) sandbox(ctx context.Context) *client.Sandbox {
+	e.t.Helper()
+	sb, err := e.client(keyA).CreateSandbox(ctx, client.CreateSandboxRequest{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return sb
+}
+
+// do sends a raw request with token (none if empty).
+func (e *testEnv) do(method, path, token, contentType string, body []byte) (*http.Response, []byte) {
+	e.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, e.srv.URL+path, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return resp, b
+}

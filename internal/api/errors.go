@@ -1,0 +1,170 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+// The public error codes. A response with a status of 400 or more carries
+// {"error":{"code":...,"message":...}} with one of these codes; the set is
+// stable and part of the API contract (see api/openapi.yaml).
+const (
+	CodeInvalidArgument      = "invalid_argument"       // 400
+	CodeUnauthenticated      = "unauthenticated"        // 401
+	CodePermissionDenied     = "permission_denied"      // 403: the key lacks a scope, or the sandbox refused
+	CodeNotFound             = "not_found"              // 404: also a sandbox of another tenant
+	CodeMethodNotAllowed     = "method_not_allowed"     // 405
+	CodeAlreadyExists        = "already_exists"         // 409
+	CodeFailedPrecondition   = "failed_precondition"    // 409: e.g. the sandbox is not running
+	CodeRequestTooLarge      = "request_too_large"      // 413
+	CodeUnsupportedMediaType = "unsupported_media_type" // 415
+	CodeRateLimited          = "rate_limited"           // 429: the key's request rate
+	CodeResourceExhausted    = "resource_exhausted"     // 429: a quota or capacity
+	CodeCanceled             = "canceled"               // 499: the client went away
+	CodeInternal             = "internal"               // 500
+	CodeNotSupported         = "not_supported"          // 501
+	CodeUnavailable          = "unavailable"            // 503
+	CodeTimeout              = "timeout"                // 504
+)
+
+// StatusClientClosedRequest is the status logged (never seen by a client)
+// for a request whose client went away.
+const StatusClientClosedRequest = 499
+
+// maxMessageBytes caps an error message.
+const maxMessageBytes = 1024
+
+// apiError is an error the API layer itself decides (authentication, rate
+// limits, request syntax), with its public status, code and message.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+// errorBody is the JSON shape of every error response.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// invalidf is a 400 invalid_argument error.
+func invalidf(format string, args ...any) error {
+	return &apiError{status: http.StatusBadRequest, code: CodeInvalidArgument, msg: fmt.Sprintf(format, args...)}
+}
+
+// publicError is the one place where an error becomes an HTTP status, a
+// public code and a message. Errors of the API layer keep their own; the
+// others are mapped by their errdefs class. Internal and unavailable errors
+// get a fixed message, since theirs may carry host details; every other
+// class keeps its message, which the layers below keep free of host
+// details.
+func publicError(err error) (status int, code, msg string) {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae.status, ae.code, clean(ae.msg)
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return http.StatusRequestEntityTooLarge, CodeRequestTooLarge,
+			fmt.Sprintf("request body is larger than the limit of %d bytes", mbe.Limit)
+	}
+	class := errdefs.Class(err)
+	text := func() string { return clean(stripClass(err.Error(), class)) }
+	switch class {
+	case errdefs.ErrNotFound:
+		return http.StatusNotFound, CodeNotFound, text()
+	case errdefs.ErrAlreadyExists:
+		return http.StatusConflict, CodeAlreadyExists, text()
+	case errdefs.ErrInvalidArgument:
+		return http.StatusBadRequest, CodeInvalidArgument, text()
+	case errdefs.ErrUnauthenticated:
+		return http.StatusUnauthorized, CodeUnauthenticated, text()
+	case errdefs.ErrPermissionDenied:
+		return http.StatusForbidden, CodePermissionDenied, text()
+	case errdefs.ErrResourceExhausted:
+		return http.StatusTooManyRequests, CodeResourceExhausted, text()
+	case errdefs.ErrFailedPrecondition:
+		return http.StatusConflict, CodeFailedPrecondition, text()
+	case errdefs.ErrTimeout:
+		return http.StatusGatewayTimeout, CodeTimeout, text()
+	case errdefs.ErrCanceled:
+		return StatusClientClosedRequest, CodeCanceled, "the request was canceled"
+	case errdefs.ErrNotSupported:
+		return http.StatusNotImplemented, CodeNotSupported, text()
+	case errdefs.ErrUnavailable:
+		return http.StatusServiceUnavailable, CodeUnavailable, "the service or sandbox is temporarily unavailable; try again"
+	default:
+		return http.StatusInternalServerError, CodeInternal, "internal error"
+	}
+}
+
+// stripClass removes the class's text where it is noise: at the start
+// (the agent client's "not found: ..."), and at the end for invalid
+// arguments and unsupported requests, whose code says it all. "sandbox X:
+// not found" keeps its ending, which reads as a sentence. A message that
+// is only the class stays.
+func stripClass(msg string, class error) string {
+	c := class.Error()
+	out := strings.TrimPrefix(msg, c+": ")
+	if class == errdefs.ErrInvalidArgument || class == errdefs.ErrNotSupported {
+		out = strings.TrimSuffix(out, ": "+c)
+	}
+	if out == "" {
+		return msg
+	}
+	return out
+}
+
+// outcomeOf is the audit outcome of err: "ok" or its public code.
+func outcomeOf(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	_, code, _ := publicError(err)
+	return code
+}
+
+// clean caps a message and makes it valid UTF-8.
+func clean(msg string) string {
+	msg = strings.ToValidUTF8(msg, "\uFFFD")
+	if len(msg) > maxMessageBytes {
+		msg = strings.ToValidUTF8(msg[:maxMessageBytes], "") + "..."
+	}
+	return msg
+}
+
+// writeError writes err as a JSON error response. Server-side failures are
+// logged with the full error, which the client never sees.
+func writeError(w http.ResponseWriter, log *slog.Logger, r *http.Request, err error) {
+	status, code, msg := publicError(err)
+	if status >= 500 && status != StatusClientClosedRequest {
+		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Del("Content-Length")
+	switch code {
+	case CodeRateLimited:
+		h.Set("Retry-After", "1")
+	case CodeUnauthenticated:
+		h.Set("WWW-Authenticate", `Bearer realm="airlock"`)
+	}
+	w.WriteHeader(status)
+	b, _ := json.Marshal(errorBody{Error: errorDetail{Code: code, Message: msg}})
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,485 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/airlock-sandbox/airlock/internal/agentclient"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+// Caps on exec requests, besides Limits.
+const (
+	maxArgs       = 4096
+	maxPathBytes  = 4096
+	maxEnvKeys    = 256
+	maxEnvValue   = 128 << 10
+	maxAuditBytes = 4096 // command text kept in an audit event
+	// execGrace is how long past its own timeout an exec may take before
+	// the request gives up on the agent.
+	execGrace = 30 * time.Second
+)
+
+// ndjsonType is the media type of streamed exec output.
+const ndjsonType = "application/x-ndjson"
+
+var envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// execRequest is the body of POST /v1/sandboxes/{id}/exec. Exactly one of
+// Cmd and Command is set; at most one of Stdin (UTF-8 text) and StdinB64
+// (any bytes, base64).
+type execRequest struct {
+	Cmd      []string          `json:"cmd"`
+	Command  string            `json:"command"`
+	Cwd      string            `json:"cwd"`
+	Env      map[string]string `json:"env"`
+	User     string            `json:"user"`
+	Stdin    *string           `json:"stdin"`
+	StdinB64 []byte            `json:"stdin_b64"`
+	TimeoutS int64             `json:"timeout_s"`
+}
+
+// execResult is the result of an exec, and with Type "exit" the last
+// line of a streamed one. Output that is valid UTF-8 is carried in
+// stdout/stderr; other output in stdout_b64/stderr_b64 (standard base64),
+// never both. A streamed exec carries no output in its exit line.
+type execResult struct {
+	Type            string  `json:"type,omitempty"`
+	Status          string  `json:"status"`
+	ExitCode        int     `json:"exit_code"`
+	Signal          int     `json:"signal"`
+	Stdout          *string `json:"stdout,omitempty"`
+	StdoutB64       *string `json:"stdout_b64,omitempty"`
+	Stderr          *string `json:"stderr,omitempty"`
+	StderrB64       *string `json:"stderr_b64,omitempty"`
+	StdoutTruncated bool    `json:"stdout_truncated"`
+	StderrTruncated bool    `json:"stderr_truncated"`
+	DurationMS      int64   `json:"duration_ms"`
+	CPUMS           int64   `json:"cpu_ms"`
+	PeakMemoryBytes uint64  `json:"peak_memory_bytes"`
+	// Error says why the command could not be started, if it could not.
+	Error string `json:"error,omitempty"`
+}
+
+// outputEvent is one line of streamed output: Data for UTF-8 text,
+// DataB64 for anything else.
+type outputEvent struct {
+	Type    string `json:"type"`
+	Data    string `json:"data,omitempty"`
+	DataB64 string `json:"data_b64,omitempty"`
+}
+
+// errorEvent is the last line of a stream that broke after it started.
+type errorEvent struct {
+	Type  string      `json:"type"`
+	Error errorDetail `json:"error"`
+}
+
+// agentRequest validates req and turns it into an agent request (without
+// output writers). lim supplies the caps and the default timeout.
+func (req *execRequest) agentRequest(lim Limits) (agentclient.ExecRequest, error) {
+	var out agentclient.ExecRequest
+	switch {
+	case len(req.Cmd) > 0 && req.Command != "":
+		return out, invalidf("give either cmd or command, not both")
+	case len(req.Cmd) == 0 && req.Command == "":
+		return out, invalidf("cmd (an argument list) or command (a shell string) is required")
+	case len(req.Cmd) > maxArgs:
+		return out, invalidf("cmd has more than %d arguments", maxArgs)
+	}
+	if req.Cmd != nil && req.Cmd[0] == "" {
+		return out, invalidf("cmd[0] must not be empty")
+	}
+	for _, a := range req.Cmd {
+		if strings.IndexByte(a, 0) >= 0 {
+			return out, invalidf("cmd arguments must not contain NUL bytes")
+		}
+	}
+	if strings.IndexByte(req.Command, 0) >= 0 {
+		return out, invalidf("command must not contain NUL bytes")
+	}
+	if len(req.Cwd) > maxPathBytes || strings.IndexByte(req.Cwd, 0) >= 0 {
+		return out, invalidf("cwd must be at most %d bytes without NUL bytes", maxPathBytes)
+	}
+	if len(req.Env) > maxEnvKeys {
+		return out, invalidf("env has more than %d variables", maxEnvKeys)
+	}
+	for k, v := range req.Env {
+		if !envKey.MatchString(k) || len(k) > 256 {
+			return out, invalidf("env name %q is not valid; want [A-Za-z_][A-Za-z0-9_]*", clean(truncate(k, 64)))
+		}
+		if len(v) > maxEnvValue || strings.IndexByte(v, 0) >= 0 {
+			return out, invalidf("env value of %s must be at most %d bytes without NUL bytes", k, maxEnvValue)
+		}
+	}
+	switch req.User {
+	case "", "user", "root":
+	default:
+		return out, invalidf("user must be \"user\" or \"root\"")
+	}
+	timeout := time.Duration(req.TimeoutS) * time.Second
+	switch {
+	case req.TimeoutS < 0 || req.TimeoutS > int64(lim.MaxExecTimeout/time.Second):
+		return out, invalidf("timeout_s must be between 0 and %d", int64(lim.MaxExecTimeout/time.Second))
+	case req.TimeoutS == 0:
+		timeout = lim.DefaultExecTimeout
+	}
+	var stdin []byte
+	switch {
+	case req.Stdin != nil && req.StdinB64 != nil:
+		return out, invalidf("give either stdin or stdin_b64, not both")
+	case req.Stdin != nil:
+		stdin = []byte(*req.Stdin)
+	case req.StdinB64 != nil:
+		stdin = req.StdinB64
+	}
+	if len(stdin) > lim.MaxStdinBytes {
+		return out, invalidf("stdin is larger than %d bytes", lim.MaxStdinBytes)
+	}
+	out = agentclient.ExecRequest{
+		Argv:    req.Cmd,
+		Shell:   req.Command,
+		Cwd:     req.Cwd,
+		Env:     req.Env,
+		User:    req.User,
+		Timeout: timeout,
+	}
+	if req.Stdin != nil || req.StdinB64 != nil {
+		out.Stdin = bytes.NewReader(stdin)
+	}
+	return out, nil
+}
+
+// commandText is the command as recorded in the audit log, capped.
+func (req *execRequest) commandText() string {
+	s := req.Command
+	if s == "" {
+		b, _ := json.Marshal(req.Cmd)
+		s = string(b)
+	}
+	if len(s) > maxAuditBytes {
+		s = strings.ToValidUTF8(s[:maxAuditBytes], "") + "...(truncated)"
+	}
+	return s
+}
+
+// resultJSON converts an agent result.
+func resultJSON(r *agentclient.ExecResult) execResult {
+	return execResult{
+		Status:          string(r.Status),
+		ExitCode:        r.ExitCode,
+		Signal:          r.Signal,
+		StdoutTruncated: r.StdoutTruncated,
+		StderrTruncated: r.StderrTruncated,
+		DurationMS:      r.Duration.Milliseconds(),
+		CPUMS:           r.CPUTime.Milliseconds(),
+		PeakMemoryBytes: r.PeakMemoryBytes,
+		Error:           clean(r.Error),
+	}
+}
+
+// encodeOutput returns b as (text, nil) when it is valid UTF-8 and as
+// (nil, base64) otherwise.
+func encodeOutput(b []byte) (text, b64 *string) {
+	if utf8.Valid(b) {
+		s := string(b)
+		return &s, nil
+	}
+	s := base64.StdEncoding.EncodeToString(b)
+	return nil, &s
+}
+
+// wantsNDJSON reports whether the Accept header asks for streamed output.
+func wantsNDJSON(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for _, part := range strings.Split(v, ",") {
+			if mt, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && mt == ndjsonType {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// exec serves POST /v1/sandboxes/{id}/exec.
+func (h *Handler) exec(c *call) error {
+	sb, err := c.ownedSandbox()
+	if err != nil {
+		return err
+	}
+	var req execRequest
+	if err := c.decodeJSON(&req, false); err != nil {
+		return err
+	}
+	areq, err := req.agentRequest(h.lim)
+	if err != nil {
+		return err
+	}
+	c.ev.Details = map[string]any{"command": req.commandText()}
+	if req.User != "" {
+		c.ev.Details["user"] = req.User
+	}
+	ctx, cancel := context.WithTimeout(c.r.Context(), areq.Timeout+execGrace)
+	defer cancel()
+	if wantsNDJSON(c.r) {
+		return h.execStream(ctx, c, sb.ID, areq)
+	}
+	stdout := &capBuffer{max: h.lim.MaxOutputBytes}
+	stderr := &capBuffer{max: h.lim.MaxOutputBytes}
+	areq.Stdout, areq.Stderr = stdout, stderr
+	areq.OutputLimit = uint64(h.lim.MaxOutputBytes)
+	res, err := h.mgr.Exec(ctx, sb.ID, areq)
+	if res == nil {
+		if err == nil {
+			err = fmt.Errorf("exec: no result: %w", errdefs.ErrInternal)
+		}
+		return err
+	}
+	out := resultJSON(res)
+	out.Stdout, out.StdoutB64 = encodeOutput(stdout.buf.Bytes())
+	out.Stderr, out.StderrB64 = encodeOutput(stderr.buf.Bytes())
+	out.StdoutTruncated = out.StdoutTruncated || stdout.truncated
+	out.StderrTruncated = out.StderrTruncated || stderr.truncated
+	if err != nil {
+		// The result came with a stdin or output failure.
+		h.log.Warn("exec finished with an I/O error", "sandbox", sb.ID, "err", err)
+	}
+	addExitDetails(c, res)
+	if err := c.commit(); err != nil {
+		return err
+	}
+	return c.json(http.StatusOK, out)
+}
+
+// addExitDetails records how the process ended in the audit event.
+func addExitDetails(c *call, res *agentclient.ExecResult) {
+	c.ev.Details["status"] = string(res.Status)
+	c.ev.Details["exit_code"] = res.ExitCode
+	c.ev.Details["duration_ms"] = res.Duration.Milliseconds()
+	if res.Signal != 0 {
+		c.ev.Details["signal"] = res.Signal
+	}
+}
+
+// capBuffer keeps the first max bytes written to it.
+type capBuffer struct {
+	buf       bytes.Buffer
+	max       int
+	truncated bool
+}
+
+func (b *capBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.buf.Len(); len(p) > room {
+		b.truncated = true
+		b.buf.Write(p[:max(room, 0)])
+		return len(p), nil
+	}
+	return b.buf.Write(p)
+}
+
+// execStream runs the exec with its output streamed as NDJSON lines. The
+// status line is sent once the process has started, so that errors up to
+// then are ordinary JSON errors. After that, a failure of the agent
+// stream ends the response with an {"type":"error"} line.
+func (h *Handler) execStream(ctx context.Context, c *call, id string, areq agentclient.ExecRequest) error {
+	nw := &ndjsonWriter{c: c, rc: http.NewResponseController(c.w), idle: h.lim.WriteIdleTimeout}
+	defer nw.done()
+	stdin := areq.Stdin
+	areq.Stdin = nil
+	areq.OpenStdin = stdin != nil
+	emit := func(ev outputEvent) error { return nw.writeLine(ev) }
+	stdoutW := &streamWriter{emit: emit, typ: "stdout"}
+	stderrW := &streamWriter{emit: emit, typ: "stderr"}
+	areq.Stdout, areq.Stderr = stdoutW, stderrW
+	p, err := h.mgr.StartProcess(ctx, id, areq)
+	if err != nil {
+		return err
+	}
+	if err := nw.start(); err != nil {
+		return err // the client is gone; ending ctx kills the process
+	}
+	var inErr error
+	var wg sync.WaitGroup
+	if stdin != nil && p.PID != 0 {
+		client, err := h.mgr.Client(id)
+		if err != nil {
+			inErr = err
+		} else {
+			wg.Go(func() {
+				if err := client.StreamInput(ctx, p.PID, stdin); err == nil {
+					inErr = client.CloseStdin(ctx, p.PID)
+				} else {
+					inErr = err
+				}
+			})
+		}
+	}
+	res, err := p.Wait()
+	wg.Wait()
+	if res == nil {
+		if err == nil {
+			err = fmt.Errorf("exec: no result: %w", errdefs.ErrInternal)
+		}
+		c.record(outcomeOf(err))
+		nw.writeError(err)
+		return nil // the stream has started: the error line reports it
+	}
+	if inErr != nil {
+		h.log.Debug("exec stdin copy ended early", "sandbox", id, "err", inErr)
+	}
+	stdoutW.flushRest()
+	stderrW.flushRest()
+	addExitDetails(c, res)
+	c.record("ok")
+	out := resultJSON(res)
+	out.Type = "exit"
+	_ = nw.writeLine(out)
+	return nil
+}
+
+// ndjsonWriter writes NDJSON lines, each flushed at once, with an idle
+// write deadline. It is safe for concurrent use.
+type ndjsonWriter struct {
+	c       *call
+	rc      *http.ResponseController
+	idle    time.Duration
+	mu      sync.Mutex
+	started bool
+	err     error // the first write failure; later writes are dropped
+}
+
+// start sends the status line and headers (once).
+func (nw *ndjsonWriter) start() error {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	return nw.startLocked()
+}
+
+func (nw *ndjsonWriter) startLocked() error {
+	if nw.started {
+		return nw.err
+	}
+	nw.started = true
+	h := nw.c.w.Header()
+	h.Set("Content-Type", ndjsonType)
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	nw.c.w.WriteHeader(http.StatusOK)
+	nw.err = nw.flushLocked()
+	return nw.err
+}
+
+func (nw *ndjsonWriter) flushLocked() error {
+	_ = nw.rc.SetWriteDeadline(time.Now().Add(nw.idle))
+	return nw.rc.Flush()
+}
+
+// writeLine writes v as one line and flushes it.
+func (nw *ndjsonWriter) writeLine(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode stream line: %w: %v", errdefs.ErrInternal, err)
+	}
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	if err := nw.startLocked(); err != nil {
+		return err
+	}
+	_ = nw.rc.SetWriteDeadline(time.Now().Add(nw.idle))
+	if _, err := nw.c.w.Write(append(b, '\n')); err != nil {
+		nw.err = err
+		return err
+	}
+	if err := nw.flushLocked(); err != nil {
+		nw.err = err
+		return err
+	}
+	return nil
+}
+
+// writeError ends the stream with an error line.
+func (nw *ndjsonWriter) writeError(err error) {
+	_, code, msg := publicError(err)
+	nw.c.h.log.Warn("exec stream failed", "err", err)
+	_ = nw.writeLine(errorEvent{Type: "error", Error: errorDetail{Code: code, Message: msg}})
+}
+
+// done clears the write deadline so that it does not outlive the request
+// on a kept-alive connection.
+func (nw *ndjsonWriter) done() {
+	_ = nw.rc.SetWriteDeadline(time.Time{})
+}
+
+// streamWriter turns one output stream into NDJSON lines. Text is sent in
+// "data" as long as it is valid UTF-8; an incomplete UTF-8 sequence at the
+// end of a chunk is held back until the next one, so that a character
+// split between two chunks stays text. Bytes that are not UTF-8 are sent
+// in "data_b64".
+type streamWriter struct {
+	emit    func(outputEvent) error
+	typ     string
+	pending []byte // an incomplete UTF-8 sequence held back (< 4 bytes)
+}
+
+func (s *streamWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	buf := p
+	if len(s.pending) > 0 {
+		buf = append(s.pending, p...)
+		s.pending = nil
+	}
+	text, bad, rest := splitUTF8(buf)
+	if len(text) > 0 {
+		if err := s.emit(outputEvent{Type: s.typ, Data: string(text)}); err != nil {
+			return 0, err
+		}
+	}
+	if len(bad) > 0 {
+		if err := s.emit(outputEvent{Type: s.typ, DataB64: base64.StdEncoding.EncodeToString(bad)}); err != nil {
+			return 0, err
+		}
+	}
+	s.pending = append([]byte(nil), rest...)
+	return n, nil
+}
+
+// flushRest sends a held-back incomplete sequence as base64.
+func (s *streamWriter) flushRest() {
+	if len(s.pending) > 0 {
+		_ = s.emit(outputEvent{Type: s.typ, DataB64: base64.StdEncoding.EncodeToString(s.pending)})
+		s.pending = nil
+	}
+}
+
+// splitUTF8 splits b into its longest valid UTF-8 prefix (text), then
+// either an incomplete but so far valid sequence at its very end (rest, to
+// be completed by the next chunk) or everything after the first invalid
+// byte (bad).
+func splitUTF8(b []byte) (text, bad, rest []byte) {
+	i := 0
+	for i < len(b) {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size <= 1 {
+			break
+		}
+		i += size
+	}
+	switch {
+	case i == len(b):
+		return b, nil, nil
+	case len(b)-i < utf8.UTFMax && !utf8.FullRune(b[i:]):
+		return b[:i], nil, b[i:]
+	default:
+		return b[:i], b[i:], nil
+	}
+}

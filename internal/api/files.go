@@ -1,0 +1,312 @@
+package api
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"hash"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/airlock-sandbox/airlock/internal/agentclient"
+)
+
+// maxListDepth caps the depth of a directory listing.
+const maxListDepth = 32
+
+// entryJSON is the wire form of a file or directory in a sandbox. Mode
+// holds the Unix permission bits including setuid (04000), setgid (02000)
+// and sticky (01000). Names that are not valid UTF-8 are shown with
+// U+FFFD in place of the bad bytes.
+type entryJSON struct {
+	Name          string    `json:"name"`
+	Path          string    `json:"path"`
+	Type          string    `json:"type"`
+	Size          int64     `json:"size"`
+	Mode          uint32    `json:"mode"`
+	UID           uint32    `json:"uid"`
+	GID           uint32    `json:"gid"`
+	ModTime       time.Time `json:"mod_time"`
+	SymlinkTarget string    `json:"symlink_target,omitempty"`
+}
+
+// writeResponse is the body of a successful PUT .../files: the new
+// file's entry and the SHA-256 of the bytes received.
+type writeResponse struct {
+	entryJSON
+	SHA256 string `json:"sha256"`
+}
+
+// listDirResponse is the body of GET .../files/list.
+type listDirResponse struct {
+	Entries   []entryJSON `json:"entries"`
+	Truncated bool        `json:"truncated"`
+}
+
+func toEntryJSON(e *agentclient.EntryInfo) entryJSON {
+	mode := uint32(e.Mode.Perm())
+	if e.Mode&os.ModeSetuid != 0 {
+		mode |= 0o4000
+	}
+	if e.Mode&os.ModeSetgid != 0 {
+		mode |= 0o2000
+	}
+	if e.Mode&os.ModeSticky != 0 {
+		mode |= 0o1000
+	}
+	return entryJSON{
+		Name:          e.Name,
+		Path:          e.Path,
+		Type:          string(e.Type),
+		Size:          e.Size,
+		Mode:          mode,
+		UID:           e.UID,
+		GID:           e.GID,
+		ModTime:       e.ModTime.UTC(),
+		SymlinkTarget: e.SymlinkTarget,
+	}
+}
+
+// parseQuery parses raw, rejecting parameters not in allowed and
+// parameters given twice.
+func parseQuery(raw string, allowed ...string) (url.Values, error) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, invalidf("malformed query string")
+	}
+	for k, v := range q {
+		known := false
+		for _, a := range allowed {
+			known = known || k == a
+		}
+		if !known {
+			return nil, invalidf("unknown query parameter %q; want %s", clean(truncate(k, 64)), strings.Join(allowed, ", "))
+		}
+		if len(v) > 1 {
+			return nil, invalidf("query parameter %q is given more than once", k)
+		}
+	}
+	return q, nil
+}
+
+// checkPath validates a sandbox path from a query string. Relative paths
+// are relative to the user's home in the sandbox; the agent resolves
+// every path inside the sandbox's root.
+func checkPath(p string) error {
+	switch {
+	case p == "":
+		return invalidf("the path query parameter is required")
+	case len(p) > maxPathBytes:
+		return invalidf("path is longer than %d bytes", maxPathBytes)
+	case strings.IndexByte(p, 0) >= 0:
+		return invalidf("path must not contain NUL bytes")
+	case !utf8.ValidString(p):
+		return invalidf("path must be valid UTF-8")
+	}
+	return nil
+}
+
+// filePath parses a query that holds a required path and the optional
+// parameters extra.
+func filePath(c *call, extra ...string) (string, url.Values, error) {
+	q, err := parseQuery(c.r.URL.RawQuery, append([]string{"path"}, extra...)...)
+	if err != nil {
+		return "", nil, err
+	}
+	p := q.Get("path")
+	if err := checkPath(p); err != nil {
+		return "", nil, err
+	}
+	return p, q, nil
+}
+
+// hashReader hashes and counts what it reads and keeps the first read
+// error (to tell a client's failure from the sandbox's).
+type hashReader struct {
+	r   io.Reader
+	h   hash.Hash
+	n   int64
+	err error
+}
+
+func (hr *hashReader) Read(p []byte) (int, error) {
+	n, err := hr.r.Read(p)
+	hr.h.Write(p[:n])
+	hr.n += int64(n)
+	if err != nil && err != io.EOF && hr.err == nil {
+		hr.err = err
+	}
+	return n, err
+}
+
+// writeFile serves PUT /v1/sandboxes/{id}/files?path=P: the raw body is
+// streamed into the file (parents are created), never held in memory
+// whole. The file is replaced atomically once the body is complete; a body
+// that fails midway leaves the old file as it was.
+func (h *Handler) writeFile(c *call) error {
+	sb, err := c.ownedSandbox()
+	if err != nil {
+		return err
+	}
+	path, _, err := filePath(c)
+	if err != nil {
+		return err
+	}
+	c.ev.Details = map[string]any{"path": path}
+	if c.r.ContentLength > h.lim.MaxFileBytes {
+		return &http.MaxBytesError{Limit: h.lim.MaxFileBytes}
+	}
+	body := c.idleBody(http.MaxBytesReader(c.w, c.r.Body, h.lim.MaxFileBytes))
+	defer body.done()
+	hr := &hashReader{r: body, h: sha256.New()}
+	info, err := h.mgr.WriteFile(c.r.Context(), sb.ID, path, hr, agentclient.WriteOptions{MakeParents: true})
+	body.done()
+	if err != nil {
+		if hr.err != nil {
+			return bodyErr(hr.err)
+		}
+		return err
+	}
+	sum := hex.EncodeToString(hr.h.Sum(nil))
+	c.ev.Details["size"] = hr.n
+	c.ev.Details["sha256"] = sum
+	if err := c.commit(); err != nil {
+		return err
+	}
+	return c.json(http.StatusOK, writeResponse{entryJSON: toEntryJSON(info), SHA256: sum})
+}
+
+// readFile serves GET (and HEAD) /v1/sandboxes/{id}/files?path=P: the file
+// is streamed as application/octet-stream without a Content-Length (it
+// may change while being read). An error before the first byte is a JSON
+// error; one after it cuts the connection, so the client sees a broken
+// transfer, never a short file that looks complete.
+func (h *Handler) readFile(c *call) error {
+	sb, err := c.ownedSandbox()
+	if err != nil {
+		return err
+	}
+	path, _, err := filePath(c)
+	if err != nil {
+		return err
+	}
+	info, err := h.mgr.Stat(c.r.Context(), sb.ID, path)
+	if err != nil {
+		return err
+	}
+	if info.Type == agentclient.FileTypeDir {
+		return invalidf("%s is a directory; list it with files/list", clean(truncate(info.Path, 256)))
+	}
+	hdr := c.w.Header()
+	hdr.Set("Content-Type", "application/octet-stream")
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	if c.r.Method == http.MethodHead {
+		if info.Type == agentclient.FileTypeFile {
+			hdr.Set("Content-Length", strconv.FormatInt(info.Size, 10))
+		}
+		c.w.WriteHeader(http.StatusOK)
+		return nil
+	}
+	dw := &deadlineWriter{w: c.w, rc: http.NewResponseController(c.w), idle: h.lim.WriteIdleTimeout}
+	defer dw.done()
+	if _, err := h.mgr.ReadFile(c.r.Context(), sb.ID, path, dw); err != nil {
+		return err
+	}
+	if !c.w.started() {
+		c.w.WriteHeader(http.StatusOK)
+	}
+	return nil
+}
+
+// deadlineWriter sets an idle write deadline before each write.
+type deadlineWriter struct {
+	w    io.Writer
+	rc   *http.ResponseController
+	idle time.Duration
+}
+
+func (d *deadlineWriter) Write(p []byte) (int, error) {
+	_ = d.rc.SetWriteDeadline(time.Now().Add(d.idle))
+	return d.w.Write(p)
+}
+
+func (d *deadlineWriter) done() { _ = d.rc.SetWriteDeadline(time.Time{}) }
+
+// removeFile serves DELETE /v1/sandboxes/{id}/files?path=P&recursive=B.
+func (h *Handler) removeFile(c *call) error {
+	sb, err := c.ownedSandbox()
+	if err != nil {
+		return err
+	}
+	path, q, err := filePath(c, "recursive")
+	if err != nil {
+		return err
+	}
+	recursive := false
+	if v := q.Get("recursive"); v != "" {
+		if recursive, err = strconv.ParseBool(v); err != nil {
+			return invalidf("recursive must be true or false")
+		}
+	}
+	c.ev.Details = map[string]any{"path": path, "recursive": recursive}
+	if err := h.mgr.Remove(c.r.Context(), sb.ID, path, recursive); err != nil {
+		return err
+	}
+	if err := c.commit(); err != nil {
+		return err
+	}
+	c.w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// listDir serves GET /v1/sandboxes/{id}/files/list?path=P&depth=N. The
+// path defaults to the user's home and depth to 1 (the entries of the
+// directory only).
+func (h *Handler) listDir(c *call) error {
+	sb, err := c.ownedSandbox()
+	if err != nil {
+		return err
+	}
+	q, err := parseQuery(c.r.URL.RawQuery, "path", "depth")
+	if err != nil {
+		return err
+	}
+	path := q.Get("path")
+	if path == "" {
+		path = "."
+	}
+	if err := checkPath(path); err != nil {
+		return err
+	}
+	depth, err := parseDepth(q.Get("depth"))
+	if err != nil {
+		return err
+	}
+	entries, truncated, err := h.mgr.ListDir(c.r.Context(), sb.ID, path, depth)
+	if err != nil {
+		return err
+	}
+	out := listDirResponse{Entries: make([]entryJSON, 0, len(entries)), Truncated: truncated}
+	for i := range entries {
+		out.Entries = append(out.Entries, toEntryJSON(&entries[i]))
+	}
+	return c.json(http.StatusOK, out)
+}
+
+// parseDepth parses the depth parameter: empty means 1.
+func parseDepth(s string) (int, error) {
+	if s == "" {
+		return 1, nil
+	}
+	d, err := strconv.Atoi(s)
+	if err != nil || d < 1 || d > maxListDepth {
+		return 0, invalidf("depth must be an integer from 1 to %d", maxListDepth)
+	}
+	return d, nil
+}

@@ -1,0 +1,333 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/auth"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+// maxTokenBytes caps the bearer token looked up.
+const maxTokenBytes = 1024
+
+// call is one request being served: what handlers get instead of
+// (w, r). For a mutation, ev is the audit event being built: handlers fill
+// Target and Details and call commit on success; a failure is recorded by
+// wrap with the public error code as outcome.
+type call struct {
+	h       *Handler
+	w       *statusWriter
+	r       *http.Request
+	p       auth.Principal
+	ev      audit.Event
+	audited bool
+}
+
+// statusWriter records whether the response has started, so that an error
+// after that point is not written into a body. Unwrap keeps
+// http.ResponseController and WebSocket hijacking working.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// started reports whether the status line has been written.
+func (w *statusWriter) started() bool { return w.status != 0 }
+
+// plain adapts an unauthenticated handler (404/405 fallbacks).
+func (h *Handler) plain(f func(w http.ResponseWriter, r *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := f(w, r); err != nil {
+			writeError(w, h.log, r, err)
+		}
+	})
+}
+
+// wrap runs rt.serve with authentication, rate limiting, the scope check,
+// panic recovery, failure auditing and error responses.
+func (h *Handler) wrap(rt route) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		c := &call{h: h, w: &statusWriter{ResponseWriter: rw}, r: r}
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				h.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v))
+				if !c.w.started() {
+					writeError(c.w, h.log, r, fmt.Errorf("panic: %w", errdefs.ErrInternal))
+				}
+			}
+		}()
+		if rt.scope != "" {
+			p, err := h.authenticate(r)
+			if err != nil {
+				writeError(c.w, h.log, r, err)
+				return
+			}
+			if h.limiter != nil && !h.limiter.Allow(p.KeyID) {
+				writeError(c.w, h.log, r, &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited,
+					msg: "too many requests for this API key; slow down"})
+				return
+			}
+			c.p = p
+			c.r = r.WithContext(auth.WithPrincipal(r.Context(), p))
+			if rt.action != "" {
+				c.ev = audit.Event{TenantID: p.TenantID, KeyID: p.KeyID, Action: rt.action, Target: auditTarget(r.PathValue("id"))}
+			}
+			if !p.Has(rt.scope) {
+				h.fail(c, &apiError{status: http.StatusForbidden, code: CodePermissionDenied,
+					msg: fmt.Sprintf("this API key lacks the %q scope", rt.scope)})
+				return
+			}
+		}
+		if err := rt.serve(c); err != nil {
+			h.fail(c, err)
+		}
+	})
+}
+
+// fail records a failed mutation and writes the error, unless the
+// response has already started (then the connection is cut, so that the
+// client sees a broken response rather than a silently short one).
+func (h *Handler) fail(c *call, err error) {
+	if c.ev.Action != "" && !c.audited {
+		c.ev.Outcome = outcomeOf(err)
+		if aerr := h.appendAudit(c.r.Context(), c.ev); aerr != nil {
+			h.log.Error("audit append failed", "action", c.ev.Action, "err", aerr)
+		}
+		c.audited = true
+	}
+	if c.w.started() {
+		h.log.Warn("request failed after the response started", "method", c.r.Method, "path", c.r.URL.Path, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	writeError(c.w, h.log, c.r, err)
+}
+
+// commit records the successful mutation. It is called before the 2xx
+// response is written; when the audit log cannot take the event, the
+// request fails with 503 (the caller decides whether to undo the action).
+func (c *call) commit() error {
+	if c.ev.Action == "" || c.audited {
+		return nil
+	}
+	c.audited = true
+	c.ev.Outcome = "ok"
+	if err := c.h.appendAudit(c.r.Context(), c.ev); err != nil {
+		c.h.log.Error("audit append failed", "action", c.ev.Action, "target", c.ev.Target, "err", err)
+		return &apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable,
+			msg: "the audit log is unavailable; " + auditFailNote(c.ev.Action)}
+	}
+	return nil
+}
+
+// record appends the mutation's event with outcome, for a response that
+// has already started (a stream): a failure can only be logged.
+func (c *call) record(outcome string) {
+	if c.ev.Action == "" || c.audited {
+		return
+	}
+	c.audited = true
+	c.ev.Outcome = outcome
+	if err := c.h.appendAudit(c.r.Context(), c.ev); err != nil {
+		c.h.log.Error("audit append failed", "action", c.ev.Action, "target", c.ev.Target, "err", err)
+	}
+}
+
+// auditFailNote tells the client what became of its action when it could
+// not be recorded.
+func auditFailNote(action string) string {
+	if action == ActionSandboxCreate {
+		return "the sandbox was not kept"
+	}
+	return "the action was carried out but not recorded"
+}
+
+// appendAudit appends ev, detached from the request's cancellation so
+// that a client that goes away does not erase its trace.
+func (h *Handler) appendAudit(ctx context.Context, ev audit.Event) error {
+	ev.Time = time.Now().UTC()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.lim.AuditTimeout)
+	defer cancel()
+	return h.auditor.Append(ctx, ev)
+}
+
+// auditTarget caps a target taken from the URL.
+func auditTarget(s string) string {
+	if len(s) > 64 {
+		s = s[:64]
+	}
+	return strings.ToValidUTF8(s, "?")
+}
+
+// authenticate resolves the bearer token of r.
+func (h *Handler) authenticate(r *http.Request) (auth.Principal, error) {
+	unauth := func(msg string) error {
+		return &apiError{status: http.StatusUnauthorized, code: CodeUnauthenticated, msg: msg}
+	}
+	hdr := r.Header.Values("Authorization")
+	if len(hdr) == 0 {
+		return auth.Principal{}, unauth("missing Authorization: Bearer <API key>")
+	}
+	scheme, token, ok := strings.Cut(hdr[0], " ")
+	token = strings.TrimSpace(token)
+	if len(hdr) > 1 || !ok || !strings.EqualFold(scheme, "Bearer") || token == "" || len(token) > maxTokenBytes {
+		return auth.Principal{}, unauth("malformed Authorization header; want: Bearer <API key>")
+	}
+	p, err := h.authn.Authenticate(r.Context(), token)
+	if err != nil {
+		for _, class := range []error{errdefs.ErrUnavailable, errdefs.ErrTimeout, errdefs.ErrInternal, errdefs.ErrCanceled} {
+			if errors.Is(err, class) {
+				return auth.Principal{}, fmt.Errorf("authenticate: %w", err)
+			}
+		}
+		return auth.Principal{}, unauth("invalid API key")
+	}
+	if p.TenantID == "" || p.KeyID == "" {
+		return auth.Principal{}, fmt.Errorf("authenticator returned a principal without tenant or key: %w", errdefs.ErrInternal)
+	}
+	return p, nil
+}
+
+// json writes v as a JSON response with status.
+func (c *call) json(status int, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode response: %w: %v", errdefs.ErrInternal, err)
+	}
+	h := c.w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	c.w.WriteHeader(status)
+	_, _ = c.w.Write(append(b, '\n'))
+	return nil
+}
+
+// decodeJSON reads the request body as one JSON value into v: at most
+// Limits.MaxJSONBytes, no unknown fields, nothing after the value. An
+// empty body is an error unless allowEmpty (then v keeps its zero value).
+func (c *call) decodeJSON(v any, allowEmpty bool) error {
+	if ct := c.r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return &apiError{status: http.StatusUnsupportedMediaType, code: CodeUnsupportedMediaType,
+				msg: "request body must be application/json"}
+		}
+	}
+	if c.r.ContentLength > c.h.lim.MaxJSONBytes {
+		return &http.MaxBytesError{Limit: c.h.lim.MaxJSONBytes}
+	}
+	body := c.idleBody(http.MaxBytesReader(c.w, c.r.Body, c.h.lim.MaxJSONBytes))
+	defer body.done()
+	data, err := io.ReadAll(body)
+	if err != nil {
+		return bodyErr(err)
+	}
+	return decodeJSONBytes(data, v, allowEmpty)
+}
+
+// decodeJSONBytes is the pure part of decodeJSON (fuzzed).
+func decodeJSONBytes(data []byte, v any, allowEmpty bool) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		if allowEmpty {
+			return nil
+		}
+		return invalidf("request body is empty; a JSON object is required")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return invalidf("malformed JSON body: %s", jsonErrText(err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return invalidf("malformed JSON body: unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// jsonErrText describes a decoding error without Go type names.
+func jsonErrText(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		if te.Field != "" {
+			return fmt.Sprintf("field %q has the wrong type (got %s)", te.Field, te.Value)
+		}
+		return fmt.Sprintf("expected a JSON object (got %s)", te.Value)
+	}
+	msg := strings.TrimPrefix(err.Error(), "json: ")
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return "unexpected end of input"
+	}
+	return msg
+}
+
+// bodyErr maps a failure reading a request body.
+func bodyErr(err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return err
+	}
+	var ne interface{ Timeout() bool }
+	if errors.As(err, &ne) && ne.Timeout() {
+		return &apiError{status: http.StatusRequestTimeout, code: CodeTimeout, msg: "the request body stalled"}
+	}
+	return &apiError{status: http.StatusBadRequest, code: CodeInvalidArgument, msg: "could not read the request body"}
+}
+
+// idleReader fails a body that sends nothing for Limits.BodyIdleTimeout.
+// done must be called once the body is consumed: it clears the deadline,
+// which would otherwise also end net/http's background read and with it
+// the request's context.
+type idleReader struct {
+	r    io.Reader
+	rc   *http.ResponseController
+	idle time.Duration
+	ok   bool // the deadline can be set
+}
+
+func (c *call) idleBody(r io.Reader) *idleReader {
+	return &idleReader{r: r, rc: http.NewResponseController(c.w), idle: c.h.lim.BodyIdleTimeout, ok: true}
+}
+
+func (b *idleReader) Read(p []byte) (int, error) {
+	if b.ok {
+		if err := b.rc.SetReadDeadline(time.Now().Add(b.idle)); err != nil {
+			b.ok = false
+		}
+	}
+	return b.r.Read(p)
+}
+
+func (b *idleReader) done() {
+	if b.ok {
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+}

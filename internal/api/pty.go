@@ -1,0 +1,269 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/coder/websocket"
+
+	"github.com/airlock-sandbox/airlock/internal/agentclient"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// The PTY protocol (GET /v1/sandboxes/{id}/pty?cols=C&rows=R&cmd=CMD,
+// upgraded to a WebSocket):
+//
+//   - Binary frames, both ways, carry terminal bytes: client to server is
+//     keyboard input, server to client is terminal output.
+//   - A text frame from the client is a JSON control message; the only
+//     one is {"type":"resize","cols":C,"rows":R}. Anything else closes the
+//     session with 1008 (policy violation).
+//   - When the process ends, the server sends one text frame
+//     {"type":"exit","status":...,"exit_code":...,"signal":...,
+//     "duration_ms":...} and closes with 1000 and the reason
+//     "exit_code=N". If the process cannot be started or the sandbox
+//     fails, it sends {"type":"error","error":{"code","message"}} and
+//     closes with 1011 and the error code as reason.
+//   - The client closing the WebSocket (or going away) kills the process.
+//
+// cmd is a shell command line (run with /bin/sh -c); it defaults to a
+// login shell. cols and rows default to 80 and 24.
+const (
+	defaultPTYCommand = "if command -v bash >/dev/null 2>&1; then exec bash -l; fi; exec sh -l"
+	defaultPTYCols    = 80
+	defaultPTYRows    = 24
+	maxPTYDim         = 1000
+	maxPTYCommand     = 16 << 10
+	// maxPTYFrame caps one frame from the client.
+	maxPTYFrame = 256 << 10
+)
+
+// ptyControl is a text frame from the client.
+type ptyControl struct {
+	Type string `json:"type"`
+	Cols int    `json:"cols"`
+	Rows int    `json:"rows"`
+}
+
+// ptyExit is the server's last text frame after the process ended.
+type ptyExit struct {
+	Type       string `json:"type"`
+	Status     string `json:"status"`
+	ExitCode   int    `json:"exit_code"`
+	Signal     int    `json:"signal"`
+	DurationMS int64  `json:"duration_ms"`
+	Error      string `json:"error,omitempty"`
+}
+
+// ptyParams are the validated query parameters of a PTY request.
+type ptyParams struct {
+	cols, rows uint16
+	cmd        string
+}
+
+// parsePTYQuery validates the query of a PTY request.
+func parsePTYQuery(raw string) (ptyParams, error) {
+	out := ptyParams{cols: defaultPTYCols, rows: defaultPTYRows, cmd: defaultPTYCommand}
+	q, err := parseQuery(raw, "cols", "rows", "cmd")
+	if err != nil {
+		return out, err
+	}
+	dim := func(name string, def uint16) (uint16, error) {
+		s := q.Get(name)
+		if s == "" {
+			return def, nil
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxPTYDim {
+			return 0, invalidf("%s must be an integer from 1 to %d", name, maxPTYDim)
+		}
+		return uint16(n), nil
+	}
+	if out.cols, err = dim("cols", defaultPTYCols); err != nil {
+		return out, err
+	}
+	if out.rows, err = dim("rows", defaultPTYRows); err != nil {
+		return out, err
+	}
+	if q.Has("cmd") {
+		cmd := q.Get("cmd")
+		switch {
+		case strings.TrimSpace(cmd) == "":
+			return out, invalidf("cmd must not be empty")
+		case len(cmd) > maxPTYCommand:
+			return out, invalidf("cmd is longer than %d bytes", maxPTYCommand)
+		case strings.IndexByte(cmd, 0) >= 0 || !utf8.ValidString(cmd):
+			return out, invalidf("cmd must be UTF-8 without NUL bytes")
+		}
+		out.cmd = cmd
+	}
+	return out, nil
+}
+
+// pty serves GET /v1/sandboxes/{id}/pty (see the protocol above).
+// Everything that can be checked is checked before the upgrade, so that
+// such errors are ordinary JSON responses.
+func (h *Handler) pty(c *call) error {
+	sb, err := c.ownedSandbox()
+	if err != nil {
+		return err
+	}
+	params, err := parsePTYQuery(c.r.URL.RawQuery)
+	if err != nil {
+		return err
+	}
+	if sb.State != sandbox.StateRunning {
+		return fmt.Errorf("sandbox %s is %s: %w", sb.ID, sb.State, errdefs.ErrFailedPrecondition)
+	}
+	cmdText := params.cmd
+	if len(cmdText) > maxAuditBytes {
+		cmdText = strings.ToValidUTF8(cmdText[:maxAuditBytes], "") + "...(truncated)"
+	}
+	c.ev.Details = map[string]any{"command": cmdText}
+	conn, err := websocket.Accept(c.w, c.r, nil)
+	if err != nil {
+		// Accept has answered with an HTTP error.
+		c.w.status = http.StatusBadRequest
+		c.record(CodeInvalidArgument)
+		return nil
+	}
+	c.w.status = http.StatusSwitchingProtocols
+	conn.SetReadLimit(maxPTYFrame)
+	ctx, cancel := context.WithCancel(c.r.Context())
+	defer cancel()
+
+	out := wsWriter(ctx, conn, h.lim.WriteIdleTimeout)
+	p, err := h.mgr.StartProcess(ctx, sb.ID, agentclient.ExecRequest{
+		Shell:     params.cmd,
+		Env:       map[string]string{"TERM": "xterm-256color"},
+		Pty:       &agentclient.PtySize{Cols: params.cols, Rows: params.rows},
+		OpenStdin: true,
+		Stdout:    out,
+	})
+	if err != nil {
+		h.ptyFail(ctx, c, conn, err)
+		return nil
+	}
+	client, err := h.mgr.Client(sb.ID)
+	if err != nil {
+		cancel() // kills the process
+		_, _ = p.Wait()
+		h.ptyFail(ctx, c, conn, err)
+		return nil
+	}
+
+	pr, pw := io.Pipe()
+	inDone := make(chan struct{})
+	go func() {
+		defer close(inDone)
+		var err error
+		if p.PID != 0 {
+			err = client.StreamInput(ctx, p.PID, pr)
+		}
+		_ = pr.CloseWithError(errors.Join(err, io.ErrClosedPipe))
+	}()
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		defer cancel() // the client left: end the process
+		h.ptyReadLoop(ctx, conn, client, p.PID, pw)
+	}()
+
+	res, werr := p.Wait()
+	_ = pw.Close()
+	if res == nil {
+		if werr == nil {
+			werr = fmt.Errorf("pty: no result: %w", errdefs.ErrInternal)
+		}
+		if ctx.Err() != nil {
+			c.record(CodeCanceled) // the client ended the session
+		} else {
+			h.ptyFail(ctx, c, conn, werr)
+		}
+	} else {
+		addExitDetails(c, res)
+		c.record("ok")
+		b, _ := json.Marshal(ptyExit{Type: "exit", Status: string(res.Status), ExitCode: res.ExitCode,
+			Signal: res.Signal, DurationMS: res.Duration.Milliseconds(), Error: clean(res.Error)})
+		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+		_ = conn.Write(wctx, websocket.MessageText, b)
+		wcancel()
+		_ = conn.Close(websocket.StatusNormalClosure, "exit_code="+strconv.Itoa(res.ExitCode))
+	}
+	cancel()
+	_ = conn.CloseNow()
+	<-readDone
+	<-inDone
+	return nil
+}
+
+// ptyFail reports err on the WebSocket and closes it.
+func (h *Handler) ptyFail(ctx context.Context, c *call, conn *websocket.Conn, err error) {
+	_, code, msg := publicError(err)
+	h.log.Warn("pty session failed", "err", err)
+	c.record(code)
+	b, _ := json.Marshal(errorEvent{Type: "error", Error: errorDetail{Code: code, Message: msg}})
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_ = conn.Write(wctx, websocket.MessageText, b)
+	_ = conn.Close(websocket.StatusInternalError, code)
+}
+
+// ptyReadLoop forwards the client's frames until the connection ends:
+// input into the process's terminal through in, resize messages to the
+// agent.
+func (h *Handler) ptyReadLoop(ctx context.Context, conn *websocket.Conn, client *agentclient.Client, pid int, in *io.PipeWriter) {
+	for {
+		typ, data, err := conn.Read(ctx)
+		if err != nil {
+			return
+		}
+		switch typ {
+		case websocket.MessageBinary:
+			// A failed write means the input stream ended (the process
+			// closed its terminal); later input is dropped.
+			_, _ = in.Write(data)
+		case websocket.MessageText:
+			var ctl ptyControl
+			dec := json.NewDecoder(strings.NewReader(string(data)))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&ctl); err != nil || ctl.Type != "resize" ||
+				ctl.Cols < 1 || ctl.Cols > maxPTYDim || ctl.Rows < 1 || ctl.Rows > maxPTYDim {
+				_ = conn.Close(websocket.StatusPolicyViolation, "invalid control message")
+				return
+			}
+			if pid != 0 {
+				if err := client.Resize(ctx, pid, agentclient.PtySize{Cols: uint16(ctl.Cols), Rows: uint16(ctl.Rows)}); err != nil {
+					h.log.Debug("pty resize failed", "err", err)
+				}
+			}
+		}
+	}
+}
+
+// writerFunc adapts a function to io.Writer.
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// wsWriter sends terminal output as binary frames. A frame the client
+// does not take within idle ends the session.
+func wsWriter(ctx context.Context, conn *websocket.Conn, idle time.Duration) io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		wctx, cancel := context.WithTimeout(ctx, idle)
+		defer cancel()
+		if err := conn.Write(wctx, websocket.MessageBinary, p); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	})
+}

@@ -1,0 +1,371 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/runtime"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Caps on sandbox request fields the manager does not check itself.
+const (
+	// maxTimeoutS caps timeout_s fields (10 years) so that they convert
+	// to a time.Duration without overflow; the manager applies the real
+	// maximum lifetime.
+	maxTimeoutS = 10 * 365 * 24 * 3600
+	// maxMB caps memory_mb and disk_mb (1 PiB) against overflow.
+	maxMB = 1 << 30
+	// maxCPUs caps cpus against absurd values; the manager applies the
+	// host's count.
+	maxCPUs = 1 << 16
+	// maxListStates caps the state filters of a list.
+	maxListStates = 16
+)
+
+// limitsJSON is the wire form of runtime.Limits.
+type limitsJSON struct {
+	CPUs     float64 `json:"cpus,omitempty"`
+	MemoryMB int64   `json:"memory_mb,omitempty"`
+	Pids     int64   `json:"pids,omitempty"`
+	DiskMB   int64   `json:"disk_mb,omitempty"`
+}
+
+// networkJSON is the network part of a create request.
+type networkJSON struct {
+	Mode  string   `json:"mode"`
+	Allow []string `json:"allow"`
+}
+
+// createRequest is the body of POST /v1/sandboxes.
+type createRequest struct {
+	Template     string            `json:"template"`
+	TimeoutS     int64             `json:"timeout_s"`
+	IdleTimeoutS int64             `json:"idle_timeout_s"`
+	Limits       *limitsJSON       `json:"limits"`
+	Network      *networkJSON      `json:"network"`
+	Env          map[string]string `json:"env"`
+	Metadata     map[string]string `json:"metadata"`
+}
+
+// timeoutRequest is the body of POST /v1/sandboxes/{id}/timeout.
+type timeoutRequest struct {
+	TimeoutS int64 `json:"timeout_s"`
+}
+
+// sandboxJSON is the wire form of a sandbox. Env is not returned: it may
+// hold secrets the creator passed in.
+type sandboxJSON struct {
+	ID             string            `json:"id"`
+	State          string            `json:"state"`
+	Template       string            `json:"template"`
+	Limits         limitsJSON        `json:"limits"`
+	Metadata       map[string]string `json:"metadata"`
+	CreatedAt      time.Time         `json:"created_at"`
+	ExpiresAt      time.Time         `json:"expires_at"`
+	MaxExpiresAt   time.Time         `json:"max_expires_at"`
+	IdleTimeoutS   int64             `json:"idle_timeout_s,omitempty"`
+	LastActivityAt time.Time         `json:"last_activity_at"`
+	StoppedAt      *time.Time        `json:"stopped_at,omitempty"`
+	Error          string            `json:"error,omitempty"`
+}
+
+// listResponse is the body of GET /v1/sandboxes.
+type listResponse struct {
+	Sandboxes []sandboxJSON `json:"sandboxes"`
+}
+
+func toSandboxJSON(sb sandbox.Sandbox) sandboxJSON {
+	md := sb.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
+	out := sandboxJSON{
+		ID:       sb.ID,
+		State:    string(sb.State),
+		Template: sb.Template,
+		Limits: limitsJSON{
+			CPUs:     sb.Limits.CPUs,
+			MemoryMB: sb.Limits.MemoryBytes >> 20,
+			Pids:     sb.Limits.Pids,
+			DiskMB:   sb.Limits.DiskBytes >> 20,
+		},
+		Metadata:       md,
+		CreatedAt:      sb.CreatedAt.UTC(),
+		ExpiresAt:      sb.ExpiresAt.UTC(),
+		MaxExpiresAt:   sb.MaxExpiresAt.UTC(),
+		IdleTimeoutS:   int64(sb.IdleTimeout / time.Second),
+		LastActivityAt: sb.LastActivity.UTC(),
+		Error:          sb.Error,
+	}
+	if !sb.StoppedAt.IsZero() {
+		t := sb.StoppedAt.UTC()
+		out.StoppedAt = &t
+	}
+	return out
+}
+
+// spec validates req and turns it into a sandbox.Spec for owner. The
+// manager validates the rest (template, limits against the maxima, env
+// and metadata syntax and size).
+func (req *createRequest) spec(owner string) (sandbox.Spec, error) {
+	if req.TimeoutS < 0 || req.TimeoutS > maxTimeoutS {
+		return sandbox.Spec{}, invalidf("timeout_s must be between 0 and %d", maxTimeoutS)
+	}
+	if req.IdleTimeoutS < 0 || req.IdleTimeoutS > maxTimeoutS {
+		return sandbox.Spec{}, invalidf("idle_timeout_s must be between 0 and %d", maxTimeoutS)
+	}
+	var l runtime.Limits
+	if req.Limits != nil {
+		rl := req.Limits
+		switch {
+		case rl.CPUs < 0 || rl.CPUs > maxCPUs:
+			return sandbox.Spec{}, invalidf("limits.cpus must be between 0 and %d", maxCPUs)
+		case rl.MemoryMB < 0 || rl.MemoryMB > maxMB:
+			return sandbox.Spec{}, invalidf("limits.memory_mb must be between 0 and %d", maxMB)
+		case rl.DiskMB < 0 || rl.DiskMB > maxMB:
+			return sandbox.Spec{}, invalidf("limits.disk_mb must be between 0 and %d", maxMB)
+		case rl.Pids < 0 || rl.Pids > 1<<22:
+			return sandbox.Spec{}, invalidf("limits.pids must be between 0 and %d", 1<<22)
+		}
+		l = runtime.Limits{CPUs: rl.CPUs, MemoryBytes: rl.MemoryMB << 20, Pids: rl.Pids, DiskBytes: rl.DiskMB << 20}
+	}
+	if n := req.Network; n != nil {
+		switch {
+		case n.Mode != "" && n.Mode != "none":
+			return sandbox.Spec{}, fmt.Errorf("network mode %q is not supported yet; only \"none\" is: %w",
+				clean(truncate(n.Mode, 64)), errdefs.ErrNotSupported)
+		case len(n.Allow) > 0:
+			return sandbox.Spec{}, invalidf("network.allow needs a network mode that allows egress")
+		}
+	}
+	return sandbox.Spec{
+		Owner:       owner,
+		Template:    req.Template,
+		Limits:      l,
+		Env:         req.Env,
+		Metadata:    req.Metadata,
+		Timeout:     time.Duration(req.TimeoutS) * time.Second,
+		IdleTimeout: time.Duration(req.IdleTimeoutS) * time.Second,
+	}, nil
+}
+
+// truncate cuts s to at most n bytes.
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// ownedSandbox returns the sandbox named by the {id} path value if it
+// belongs to the caller's tenant. A malformed ID is invalid_argument; a
+// missing sandbox and one of another tenant get the very same not_found
+// error (the manager's own wording, so that a sandbox vanishing between
+// this check and the operation reads the same).
+func (c *call) ownedSandbox() (sandbox.Sandbox, error) {
+	id := c.r.PathValue("id")
+	if !sandbox.ValidID(id) {
+		return sandbox.Sandbox{}, invalidf("malformed sandbox id; want %s followed by 16 characters [a-z2-7]", sandbox.IDPrefix)
+	}
+	sb, err := c.h.mgr.Get(id)
+	if err != nil || sb.Owner != c.p.TenantID {
+		return sandbox.Sandbox{}, sandboxNotFound(id)
+	}
+	return sb, nil
+}
+
+// sandboxNotFound is worded exactly as the manager's error.
+func sandboxNotFound(id string) error {
+	return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+}
+
+// liveStates are the states that count against a tenant's quota.
+var liveStates = []sandbox.State{
+	sandbox.StateCreating, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping, sandbox.StateFailed,
+}
+
+// createSandbox serves POST /v1/sandboxes.
+func (h *Handler) createSandbox(c *call) error {
+	var req createRequest
+	if err := c.decodeJSON(&req, true); err != nil {
+		return err
+	}
+	spec, err := req.spec(c.p.TenantID)
+	if err != nil {
+		return err
+	}
+	c.ev.Details = map[string]any{"template": spec.Template}
+	quota, err := h.tenantQuota(c.r.Context(), c.p.TenantID)
+	if err != nil {
+		return err
+	}
+	if quota > 0 && len(h.mgr.List(sandbox.Filter{Owner: c.p.TenantID, States: liveStates})) >= quota {
+		return quotaErr(quota)
+	}
+	sb, err := h.mgr.Create(c.r.Context(), spec)
+	if err != nil {
+		return err
+	}
+	c.ev.Target = sb.ID
+	c.ev.Details["template"] = sb.Template
+	undo := func(why error) error {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(c.r.Context()), time.Minute)
+		defer cancel()
+		if derr := h.mgr.Destroy(dctx, sb.ID); derr != nil {
+			h.log.Error("destroying a sandbox that could not be kept", "sandbox", sb.ID, "err", derr)
+		}
+		return why
+	}
+	// Concurrent creates may all pass the check above: the oldest ones
+	// within the quota stay, the newer ones go.
+	if quota > 0 {
+		live := h.mgr.List(sandbox.Filter{Owner: c.p.TenantID, States: liveStates})
+		if i := slices.IndexFunc(live, func(s sandbox.Sandbox) bool { return s.ID == sb.ID }); i >= quota {
+			return undo(quotaErr(quota))
+		}
+	}
+	if err := c.commit(); err != nil {
+		return undo(err)
+	}
+	c.w.Header().Set("Location", "/v1/sandboxes/"+sb.ID)
+	return c.json(http.StatusCreated, toSandboxJSON(sb))
+}
+
+func quotaErr(n int) error {
+	return fmt.Errorf("this tenant's quota of %d sandboxes is reached; delete one first: %w", n, errdefs.ErrResourceExhausted)
+}
+
+// tenantQuota asks the Quota, if any.
+func (h *Handler) tenantQuota(ctx context.Context, tenant string) (int, error) {
+	if h.quota == nil {
+		return 0, nil
+	}
+	n, err := h.quota.SandboxQuota(ctx, tenant)
+	if err != nil {
+		return 0, fmt.Errorf("sandbox quota: %w", err)
+	}
+	return n, nil
+}
+
+// listSandboxes serves GET /v1/sandboxes?state=...&metadata.KEY=VALUE.
+func (h *Handler) listSandboxes(c *call) error {
+	f, err := parseListQuery(c.r.URL.RawQuery)
+	if err != nil {
+		return err
+	}
+	f.Owner = c.p.TenantID
+	sbs := h.mgr.List(f)
+	out := listResponse{Sandboxes: make([]sandboxJSON, 0, len(sbs))}
+	for _, sb := range sbs {
+		out.Sandboxes = append(out.Sandboxes, toSandboxJSON(sb))
+	}
+	return c.json(http.StatusOK, out)
+}
+
+// parseListQuery parses the filters of a list: state (repeatable or
+// comma-separated) and metadata.KEY=VALUE (each key once). Anything else
+// is an error.
+func parseListQuery(raw string) (sandbox.Filter, error) {
+	var f sandbox.Filter
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return f, invalidf("malformed query string")
+	}
+	for key, vals := range q {
+		switch {
+		case key == "state":
+			for _, v := range vals {
+				for _, s := range strings.Split(v, ",") {
+					st := sandbox.State(strings.TrimSpace(s))
+					if !st.Valid() {
+						return f, invalidf("unknown state %q; want one of creating, running, paused, stopping, stopped, failed", clean(truncate(s, 32)))
+					}
+					if !slices.Contains(f.States, st) {
+						f.States = append(f.States, st)
+					}
+				}
+			}
+			if len(f.States) > maxListStates {
+				return f, invalidf("too many state filters")
+			}
+		case strings.HasPrefix(key, "metadata."):
+			k := strings.TrimPrefix(key, "metadata.")
+			switch {
+			case k == "" || len(k) > sandbox.MaxKeyBytes:
+				return f, invalidf("metadata filter keys must be 1 to %d bytes", sandbox.MaxKeyBytes)
+			case len(vals) != 1:
+				return f, invalidf("metadata filter %q is given more than once", clean(k))
+			case len(vals[0]) > sandbox.MaxValueBytes:
+				return f, invalidf("metadata filter values must be at most %d bytes", sandbox.MaxValueBytes)
+			}
+			if f.Metadata == nil {
+				f.Metadata = make(map[string]string)
+			}
+			if len(f.Metadata) >= sandbox.MaxMapKeys {
+				return f, invalidf("at most %d metadata filters", sandbox.MaxMapKeys)
+			}
+			f.Metadata[k] = vals[0]
+		default:
+			return f, invalidf("unknown query parameter %q; want state or metadata.KEY", clean(truncate(key, 64)))
+		}
+	}
+	return f, nil
+}
+
+// getSandbox serves GET /v1/sandboxes/{id}.
+func (h *Handler) getSandbox(c *call) error {
+	sb, err := c.ownedSandbox()
+	if err != nil {
+		return err
+	}
+	return c.json(http.StatusOK, toSandboxJSON(sb))
+}
+
+// deleteSandbox serves DELETE /v1/sandboxes/{id}: the sandbox is destroyed
+// even if the client goes away meanwhile. Deleting a stopped sandbox
+// succeeds.
+func (h *Handler) deleteSandbox(c *call) error {
+	sb, err := c.ownedSandbox()
+	if err != nil {
+		return err
+	}
+	if err := h.mgr.Destroy(context.WithoutCancel(c.r.Context()), sb.ID); err != nil {
+		return err
+	}
+	if err := c.commit(); err != nil {
+		return err
+	}
+	c.w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// setTimeout serves POST /v1/sandboxes/{id}/timeout.
+func (h *Handler) setTimeout(c *call) error {
+	sb, err := c.ownedSandbox()
+	if err != nil {
+		return err
+	}
+	var req timeoutRequest
+	if err := c.decodeJSON(&req, false); err != nil {
+		return err
+	}
+	if req.TimeoutS <= 0 || req.TimeoutS > maxTimeoutS {
+		return invalidf("timeout_s must be between 1 and %d", maxTimeoutS)
+	}
+	c.ev.Details = map[string]any{"timeout_s": req.TimeoutS}
+	sb, err = h.mgr.SetTimeout(c.r.Context(), sb.ID, time.Duration(req.TimeoutS)*time.Second)
+	if err != nil {
+		return err
+	}
+	if err := c.commit(); err != nil {
+		return err
+	}
+	return c.json(http.StatusOK, toSandboxJSON(sb))
+}

@@ -1,0 +1,73 @@
+// Package audit keeps the append-only, hash-chained record of what was done
+// through Airlock: every API mutation, every exec and every file write, with
+// who did it, when and the outcome.
+//
+// # Records and the chain
+//
+// The API layer hands the Log an Event; the Log turns it into a Record by
+// assigning the next sequence number (1, 2, 3... without gaps) and two
+// hashes: PrevHash, the Hash of the record before it (64 zeros for Seq 1),
+// and Hash, computed as
+//
+//	Hash = hex(SHA-256(
+//	    "airlock-audit-v1\n"            17 bytes, the format version
+//	    || PrevHash                     32 bytes (the hex string decoded)
+//	    || uint64_be(Seq)               8 bytes
+//	    || int64_be(Time)               8 bytes, Unix nanoseconds, UTC
+//	    || field(TenantID) || field(KeyID) || field(Action)
+//	    || field(Target) || field(Outcome) || field(Details)))
+//	field(s) = uint32_be(len(s)) || s   (the UTF-8 bytes of s)
+//
+// Details is the record's JSON text byte for byte as stored (empty when the
+// event had none), never a re-encoding. An outside tool can re-verify a
+// database without Airlock, for example in Python:
+//
+//	prev = "0" * 64
+//	for seq, t, ten, key, act, tgt, out, det, ph, h in db.execute(
+//	        "SELECT seq, time, tenant_id, key_id, action, target, outcome,"
+//	        " details, prev_hash, hash FROM audit_records ORDER BY seq"):
+//	    m = b"airlock-audit-v1\n" + bytes.fromhex(prev) + struct.pack(">Qq", seq, t)
+//	    for f in (ten, key, act, tgt, out, det):
+//	        b = f.encode(); m += struct.pack(">I", len(b)) + b
+//	    assert ph == prev and hashlib.sha256(m).hexdigest() == h, seq
+//	    prev = h
+//
+// # What Verify detects, and what it cannot
+//
+// Verify walks the chain from Seq 1 and reports the first bad record: an
+// edited field (the hash no longer matches), a deleted record (a gap in the
+// sequence), reordered or swapped records (a record's Seq or PrevHash no
+// longer matches its position), and a deleted tail: the store keeps a head
+// anchor (Seq and Hash of the last record) that is updated in the same
+// transaction as every append, so records missing after the last one left
+// are reported too.
+//
+// The chain has no secret key. Someone who can write the database file can
+// rewrite records, recompute every hash after them and move the anchor, and
+// the result verifies. Such a rewrite is detectable only against a hash
+// kept where that person cannot reach: save Report.Head (or any Record's
+// Seq and Hash) off the host, and pass it to Verify later as a checkpoint.
+// Records are also protected against accidental edits: the SQLite store
+// refuses UPDATE and DELETE on them with triggers.
+//
+// # Durability and group commit
+//
+// Append returns only after the record is committed to the store (with
+// sqlitestore's defaults: written to the WAL, surviving a kill of the
+// daemon; see that package for power loss). One writer goroutine commits
+// for everyone: it takes every Append waiting in the queue (up to
+// Options.MaxBatch), computes their hashes and stores them in a single
+// transaction, then wakes their callers. Under concurrency the cost of a
+// commit is shared by the whole batch.
+//
+// # Bounded sizes
+//
+// Details are encoded as compact JSON with sorted keys. Encodings larger
+// than Options.MaxDetailsBytes (16 KiB by default) are replaced by
+// {"_truncated":true,"_bytes":N,"_head":"<the first bytes of the JSON>"},
+// and details that cannot be encoded by {"_error":"details are not
+// JSON-encodable"}, so that an oversized or broken event is still recorded.
+// A Target longer than MaxTargetBytes is cut and marked with "...", and
+// invalid UTF-8 in it is replaced; every other field must be valid (see
+// Append).
+package audit

@@ -1,0 +1,527 @@
+// Package store is Airlock's durable state: tenants, API keys, the record of
+// every sandbox the API created or destroyed, and the rows of the audit log.
+//
+// The Store interface is what the rest of the daemon uses. It speaks only
+// in the plain Go types of this package (no driver types), so that a
+// PostgreSQL implementation can satisfy it later; every implementation
+// must pass the conformance suite in store/storetest. The embedded
+// implementation is store/sqlitestore (pure-Go SQLite, no cgo).
+//
+// Errors wrap a class from internal/errdefs: ErrNotFound for a missing row,
+// ErrAlreadyExists for a duplicate ID, ErrInvalidArgument for a value this
+// package refuses (Validate methods below), ErrResourceExhausted for a
+// tenant quota, ErrFailedPrecondition for an audit append that does not
+// continue the stored chain.
+//
+// Times are stored with nanosecond precision in UTC; the zero time.Time
+// means "not set" wherever a field is optional.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+// Store is the whole of Airlock's durable state. Implementations are safe
+// for concurrent use by many goroutines.
+type Store interface {
+	TenantStore
+	KeyStore
+	SandboxStore
+	AuditStore
+	// Close releases the store. Calls after Close fail.
+	Close() error
+}
+
+// TenantStore keeps tenants.
+type TenantStore interface {
+	// CreateTenant inserts t; ErrAlreadyExists if its ID is taken.
+	CreateTenant(ctx context.Context, t Tenant) error
+	// GetTenant returns the tenant with this ID or ErrNotFound.
+	GetTenant(ctx context.Context, id string) (Tenant, error)
+	// ListTenants returns every tenant, ordered by ID.
+	ListTenants(ctx context.Context) ([]Tenant, error)
+	// UpdateTenant replaces the name and quota of an existing tenant.
+	UpdateTenant(ctx context.Context, t Tenant) error
+}
+
+// KeyStore keeps API keys. The store never sees a key's secret, only the
+// hash that internal/auth computes.
+type KeyStore interface {
+	// CreateAPIKey inserts k; ErrAlreadyExists if its ID is taken,
+	// ErrNotFound if its tenant does not exist.
+	CreateAPIKey(ctx context.Context, k APIKey) error
+	// GetAPIKey returns the key with this ID (in any tenant) or ErrNotFound.
+	GetAPIKey(ctx context.Context, id string) (APIKey, error)
+	// ListAPIKeys returns the keys of one tenant, revoked ones included,
+	// ordered by creation.
+	ListAPIKeys(ctx context.Context, tenantID string) ([]APIKey, error)
+	// CountAPIKeys counts every key of every tenant, revoked ones included.
+	CountAPIKeys(ctx context.Context) (int, error)
+	// RevokeAPIKey marks the key revoked at the given time. It is
+	// ErrNotFound unless the key belongs to tenantID. Revoking a revoked
+	// key succeeds and keeps the first revocation time.
+	RevokeAPIKey(ctx context.Context, tenantID, id string, at time.Time) error
+	// TouchAPIKey sets the key's last use time.
+	TouchAPIKey(ctx context.Context, id string, at time.Time) error
+}
+
+// SandboxStore keeps the API's record of sandboxes.
+type SandboxStore interface {
+	// CreateSandbox inserts s if its tenant has fewer active sandboxes
+	// than its MaxSandboxes quota (a quota of 0 means unlimited). The
+	// check and the insert are one atomic step, so concurrent creations
+	// never exceed the quota: ErrResourceExhausted when it is reached,
+	// ErrAlreadyExists for a duplicate ID, ErrNotFound for an unknown
+	// tenant.
+	CreateSandbox(ctx context.Context, s Sandbox) error
+	// PutSandbox inserts s or replaces the record with its ID, without a
+	// quota check. A record cannot move to another tenant:
+	// ErrAlreadyExists if the ID belongs to a different tenant.
+	PutSandbox(ctx context.Context, s Sandbox) error
+	// GetSandbox returns one record. With a non-empty tenantID a record of
+	// another tenant is ErrNotFound; an empty tenantID matches any tenant
+	// and is for the daemon's own use, never for a caller's request.
+	GetSandbox(ctx context.Context, tenantID, id string) (Sandbox, error)
+	// ListSandboxes returns the records f selects, oldest first.
+	ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error)
+	// CountActiveSandboxes counts the tenant's records whose state is not
+	// SandboxStopped.
+	CountActiveSandboxes(ctx context.Context, tenantID string) (int, error)
+}
+
+// AuditStore keeps the rows of the hash-chained audit log. It stores what
+// internal/audit computes and checks only that an append continues the
+// stored chain; hashing and verification live in internal/audit.
+type AuditStore interface {
+	// AppendAudit inserts recs, which must have consecutive sequence
+	// numbers, and moves the head anchor to the last of them, all in one
+	// transaction that is durable when AppendAudit returns. The first
+	// record must continue the current head (Seq = head.Seq+1 and
+	// PrevHash = head.Hash), otherwise nothing is written and the error
+	// wraps ErrFailedPrecondition.
+	AppendAudit(ctx context.Context, recs []AuditRecord) error
+	// AuditHead returns the head anchor: the sequence number and hash of
+	// the last record appended, kept apart from the records so that a
+	// deleted tail is detectable; {0, GenesisHash} for an empty log.
+	AuditHead(ctx context.Context) (AuditHead, error)
+	// ListAudit returns the records q selects, in ascending Seq order.
+	ListAudit(ctx context.Context, q AuditQuery) ([]AuditRecord, error)
+}
+
+// Caps on stored values.
+const (
+	MaxIDBytes           = 64
+	MaxNameBytes         = 128
+	MaxTemplateBytes     = 128
+	MaxStateBytes        = 32
+	MaxMetadataJSONBytes = 64 << 10
+	MaxAuditFieldBytes   = 1024
+	MaxAuditDetailsBytes = 64 << 10
+	MaxListLimit         = 1000
+	DefaultListLimit     = 100
+	maxScopes            = 32
+	hashHexLen           = 64
+	maxQuota             = 1 << 20
+)
+
+// The range of times the store keeps: nanoseconds since 1970 fit an
+// int64 until 2262.
+var (
+	minTime = time.Unix(0, 0)
+	maxTime = time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// checkTime refuses a set time outside [minTime, maxTime).
+func checkTime(what string, t time.Time) error {
+	if !t.IsZero() && (t.Before(minTime) || !t.Before(maxTime)) {
+		return fmt.Errorf("%s %s is outside 1970-2261: %w", what, t.UTC().Format(time.RFC3339), errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// idPattern is what tenant, key and sandbox IDs look like.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+
+func validID(what, id string) error {
+	if id == "" || len(id) > MaxIDBytes || !idPattern.MatchString(id) {
+		return fmt.Errorf("%s ID %q: must be 1-%d letters, digits, '.', '_' or '-': %w",
+			what, Clip(id), MaxIDBytes, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+func validText(what, s string, max int, required bool) error {
+	switch {
+	case required && s == "":
+		return fmt.Errorf("%s is required: %w", what, errdefs.ErrInvalidArgument)
+	case len(s) > max:
+		return fmt.Errorf("%s is longer than %d bytes: %w", what, max, errdefs.ErrInvalidArgument)
+	case !utf8.ValidString(s) || strings.ContainsRune(s, 0):
+		return fmt.Errorf("%s is not valid UTF-8 text: %w", what, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// isHash reports whether h is a lowercase hex SHA-256 digest.
+func isHash(h string) bool {
+	if len(h) != hashHexLen {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Clip makes s, a value from a caller, safe and short for an error
+// message: at most 32 bytes, non-printable runes replaced by '?'.
+func Clip(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if i >= 32 {
+			b.WriteString("...")
+			break
+		}
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			r = '?'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// Tenant is an isolated customer of the daemon: keys and sandboxes belong
+// to exactly one tenant.
+type Tenant struct {
+	ID        string
+	Name      string
+	CreatedAt time.Time
+	// MaxSandboxes caps the tenant's active sandboxes; 0 means unlimited.
+	MaxSandboxes int
+}
+
+// Validate reports a field the store refuses.
+func (t Tenant) Validate() error {
+	if err := validID("tenant", t.ID); err != nil {
+		return err
+	}
+	if err := validText("tenant name", t.Name, MaxNameBytes, false); err != nil {
+		return err
+	}
+	if err := checkTime("tenant creation time", t.CreatedAt); err != nil {
+		return err
+	}
+	if t.MaxSandboxes < 0 || t.MaxSandboxes > maxQuota {
+		return fmt.Errorf("tenant quota %d out of range 0-%d: %w", t.MaxSandboxes, maxQuota, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// APIKey is the stored part of an API key: everything but the secret.
+type APIKey struct {
+	ID       string
+	TenantID string
+	Name     string
+	// Hash is the lowercase hex SHA-256 that internal/auth derives from
+	// the key's secret.
+	Hash string
+	// Scopes are the permissions the key carries (internal/auth.Scope
+	// values, kept as strings so this package does not depend on auth).
+	Scopes     []string
+	CreatedAt  time.Time
+	LastUsedAt time.Time // zero: never used
+	RevokedAt  time.Time // zero: not revoked
+	ExpiresAt  time.Time // zero: never expires
+}
+
+// Validate reports a field the store refuses.
+func (k APIKey) Validate() error {
+	if err := validID("key", k.ID); err != nil {
+		return err
+	}
+	if err := validID("tenant", k.TenantID); err != nil {
+		return err
+	}
+	if err := validText("key name", k.Name, MaxNameBytes, false); err != nil {
+		return err
+	}
+	if !isHash(k.Hash) {
+		return fmt.Errorf("key hash must be %d lowercase hex digits: %w", hashHexLen, errdefs.ErrInvalidArgument)
+	}
+	if len(k.Scopes) == 0 || len(k.Scopes) > maxScopes {
+		return fmt.Errorf("a key needs 1-%d scopes: %w", maxScopes, errdefs.ErrInvalidArgument)
+	}
+	for _, s := range k.Scopes {
+		if s == "" || len(s) > 64 || strings.ContainsAny(s, ", \t\r\n") || !utf8.ValidString(s) {
+			return fmt.Errorf("scope %q is malformed: %w", Clip(s), errdefs.ErrInvalidArgument)
+		}
+	}
+	if k.CreatedAt.IsZero() {
+		return fmt.Errorf("key creation time is required: %w", errdefs.ErrInvalidArgument)
+	}
+	for _, t := range []time.Time{k.CreatedAt, k.LastUsedAt, k.RevokedAt, k.ExpiresAt} {
+		if err := checkTime("key time", t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SandboxStopped is the state of a sandbox that no longer exists; every
+// other state counts as active against the tenant's quota.
+const SandboxStopped = "stopped"
+
+// Sandbox is the API's record of one sandbox. State is one of the
+// lifecycle states of internal/sandbox, kept as a string.
+type Sandbox struct {
+	ID        string
+	TenantID  string
+	Template  string
+	State     string
+	CreatedAt time.Time
+	StoppedAt time.Time // zero while active
+	Metadata  map[string]string
+}
+
+// Validate reports a field the store refuses.
+func (s Sandbox) Validate() error {
+	if err := validID("sandbox", s.ID); err != nil {
+		return err
+	}
+	if err := validID("tenant", s.TenantID); err != nil {
+		return err
+	}
+	if err := validText("template", s.Template, MaxTemplateBytes, false); err != nil {
+		return err
+	}
+	if err := validState(s.State); err != nil {
+		return err
+	}
+	if s.CreatedAt.IsZero() {
+		return fmt.Errorf("sandbox creation time is required: %w", errdefs.ErrInvalidArgument)
+	}
+	if err := checkTime("sandbox creation time", s.CreatedAt); err != nil {
+		return err
+	}
+	if err := checkTime("sandbox stop time", s.StoppedAt); err != nil {
+		return err
+	}
+	if _, err := encodeMetadata(s.Metadata); err != nil {
+		return err
+	}
+	return nil
+}
+
+func validState(st string) error {
+	if st == "" || len(st) > MaxStateBytes || strings.Trim(st, "abcdefghijklmnopqrstuvwxyz_") != "" {
+		return fmt.Errorf("sandbox state %q is malformed: %w", Clip(st), errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// EncodeMetadata returns the JSON text under which implementations store
+// a sandbox's metadata ("" for none), or ErrInvalidArgument if it is
+// larger than MaxMetadataJSONBytes or not valid UTF-8.
+func EncodeMetadata(m map[string]string) (string, error) { return encodeMetadata(m) }
+
+func encodeMetadata(m map[string]string) (string, error) {
+	if len(m) == 0 {
+		return "", nil
+	}
+	for k, v := range m {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return "", fmt.Errorf("sandbox metadata is not valid UTF-8: %w", errdefs.ErrInvalidArgument)
+		}
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return "", fmt.Errorf("sandbox metadata: %v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	if len(b) > MaxMetadataJSONBytes {
+		return "", fmt.Errorf("sandbox metadata is larger than %d bytes: %w", MaxMetadataJSONBytes, errdefs.ErrInvalidArgument)
+	}
+	return string(b), nil
+}
+
+// SandboxFilter selects sandbox records. Empty fields match everything.
+type SandboxFilter struct {
+	// TenantID keeps one tenant's records. Empty means every tenant and
+	// is for the daemon's own use only.
+	TenantID string
+	// States keeps records in one of these states.
+	States []string
+	// Limit caps the records returned: DefaultListLimit if 0, at most
+	// MaxListLimit.
+	Limit int
+}
+
+// Validate reports a field the store refuses.
+func (f SandboxFilter) Validate() error {
+	if f.TenantID != "" {
+		if err := validID("tenant", f.TenantID); err != nil {
+			return err
+		}
+	}
+	if len(f.States) > 16 {
+		return fmt.Errorf("at most 16 states per filter: %w", errdefs.ErrInvalidArgument)
+	}
+	for _, s := range f.States {
+		if err := validState(s); err != nil {
+			return err
+		}
+	}
+	return validLimit(f.Limit)
+}
+
+func validLimit(n int) error {
+	if n < 0 || n > MaxListLimit {
+		return fmt.Errorf("limit %d out of range 0-%d: %w", n, MaxListLimit, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// EffectiveLimit is the number of rows a query with limit n returns at
+// most.
+func EffectiveLimit(n int) int {
+	if n <= 0 {
+		return DefaultListLimit
+	}
+	return min(n, MaxListLimit)
+}
+
+// AuditRecord is one stored audit log row; see internal/audit for how
+// PrevHash and Hash are computed.
+type AuditRecord struct {
+	// Seq numbers records from 1 without gaps.
+	Seq      uint64
+	Time     time.Time
+	TenantID string
+	KeyID    string
+	Action   string
+	Target   string
+	Outcome  string
+	// Details is compact JSON, or empty.
+	Details []byte
+	// PrevHash and Hash are lowercase hex SHA-256 digests.
+	PrevHash string
+	Hash     string
+}
+
+// Validate reports a field the store refuses.
+func (r AuditRecord) Validate() error {
+	if r.Seq == 0 || r.Seq > 1<<62 {
+		return fmt.Errorf("audit seq %d out of range: %w", r.Seq, errdefs.ErrInvalidArgument)
+	}
+	if r.Time.IsZero() {
+		return fmt.Errorf("audit record time is required: %w", errdefs.ErrInvalidArgument)
+	}
+	if err := checkTime("audit record time", r.Time); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		v    string
+	}{{"audit tenant", r.TenantID}, {"audit key", r.KeyID}, {"audit action", r.Action}, {"audit target", r.Target}, {"audit outcome", r.Outcome}} {
+		if err := validText(f.name, f.v, MaxAuditFieldBytes, f.name == "audit action"); err != nil {
+			return err
+		}
+	}
+	if len(r.Details) > MaxAuditDetailsBytes {
+		return fmt.Errorf("audit details larger than %d bytes: %w", MaxAuditDetailsBytes, errdefs.ErrInvalidArgument)
+	}
+	if len(r.Details) > 0 && !json.Valid(r.Details) {
+		return fmt.Errorf("audit details are not JSON: %w", errdefs.ErrInvalidArgument)
+	}
+	for _, h := range []string{r.PrevHash, r.Hash} {
+		if !isHash(h) {
+			return fmt.Errorf("audit hash must be %d lowercase hex digits: %w", hashHexLen, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// ValidateAuditBatch checks that recs are valid and consecutive.
+func ValidateAuditBatch(recs []AuditRecord) error {
+	if len(recs) == 0 {
+		return fmt.Errorf("empty audit batch: %w", errdefs.ErrInvalidArgument)
+	}
+	for i, r := range recs {
+		if err := r.Validate(); err != nil {
+			return err
+		}
+		if i > 0 && (r.Seq != recs[i-1].Seq+1 || r.PrevHash != recs[i-1].Hash) {
+			return fmt.Errorf("audit batch is not a chain at seq %d: %w", r.Seq, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// GenesisHash is the PrevHash of the first audit record (Seq 1) and the
+// Hash of the head of an empty log: 64 zeros.
+const GenesisHash = "0000000000000000000000000000000000000000000000000000000000000000"
+
+// AuditHead is the anchor of the audit chain: the last record's Seq and
+// Hash; {0, GenesisHash} for an empty log.
+type AuditHead struct {
+	Seq  uint64
+	Hash string
+}
+
+// AuditQuery selects audit records. Empty fields match everything.
+type AuditQuery struct {
+	// TenantID keeps one tenant's records; empty means every tenant.
+	TenantID string
+	// Action and Target keep records with exactly this value.
+	Action string
+	Target string
+	// Since keeps records with Time >= Since, Until those with
+	// Time < Until.
+	Since, Until time.Time
+	// AfterSeq keeps records with Seq > AfterSeq: pass the last Seq of a
+	// page to get the next one.
+	AfterSeq uint64
+	// Limit caps the records returned: DefaultListLimit if 0, at most
+	// MaxListLimit.
+	Limit int
+}
+
+// Validate reports a field the store refuses.
+func (q AuditQuery) Validate() error {
+	for _, f := range []struct{ name, v string }{{"audit query tenant", q.TenantID}, {"audit query action", q.Action}, {"audit query target", q.Target}} {
+		if err := validText(f.name, f.v, MaxAuditFieldBytes, false); err != nil {
+			return err
+		}
+	}
+	if err := checkTime("audit query start", q.Since); err != nil {
+		return err
+	}
+	if err := checkTime("audit query end", q.Until); err != nil {
+		return err
+	}
+	if !q.Since.IsZero() && !q.Until.IsZero() && q.Until.Before(q.Since) {
+		return fmt.Errorf("audit query ends before it starts: %w", errdefs.ErrInvalidArgument)
+	}
+	if q.AfterSeq > 1<<62 {
+		return fmt.Errorf("audit query seq out of range: %w", errdefs.ErrInvalidArgument)
+	}
+	return validLimit(q.Limit)
+}
+
+// NormalizeScopes returns scopes sorted and without duplicates.
+func NormalizeScopes(scopes []string) []string {
+	out := slices.Clone(scopes)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
