@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -60,4 +62,17 @@ func demo(ctx context.Context, dataDir string, argv []string) (int, error) {
 		return 128 + res.Signal, nil
 	}
 	return res.ExitCode, nil
+}
+
+// demoMain parses `airlock demo [--data-dir DIR] -- CMD...`.
+func demoMain(ctx context.Context, args []string) (int, error) {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	dataDir := fs.String("data-dir", "/var/lib/airlock", "state directory")
+	if err := fs.Parse(args); err != nil {
+		return 2, err
+	}
+	if fs.NArg() == 0 {
+		return 2, errors.New("usage: airlock demo [--data-dir DIR] -- COMMAND [ARG...]")
+	}
+	return demo(ctx, *dataDir, fs.Args())
 }

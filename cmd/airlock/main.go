@@ -1,12 +1,11 @@
-// Command airlock is Airlock's single binary: the in-sandbox agent and,
-// for now, a one-shot demo that runs a command in a fresh sandbox. The
-// daemon and the CLI verbs come with the server.
+// Command airlock is Airlock's single binary: the daemon (`airlock serve`),
+// the in-sandbox agent (`airlock agent`, started by the daemon) and the
+// command-line client (every other verb).
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -31,22 +30,42 @@ func main() {
 	os.Exit(code)
 }
 
+// errUsage marks an error as a usage error (exit code 2).
+var errUsage = errors.New("usage")
+
 func run(ctx context.Context, args []string) (int, error) {
 	if len(args) == 0 {
-		return 2, errors.New("usage: airlock demo [--data-dir DIR] -- COMMAND [ARG...]")
+		fmt.Fprint(os.Stderr, usage)
+		return 2, nil
 	}
 	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:])
 	case "demo":
-		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-		dataDir := fs.String("data-dir", "/var/lib/airlock", "state directory")
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2, err
-		}
-		if fs.NArg() == 0 {
-			return 2, errors.New("usage: airlock demo [--data-dir DIR] -- COMMAND [ARG...]")
-		}
-		return demo(ctx, *dataDir, fs.Args())
+		return demoMain(ctx, args[1:])
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return 0, nil
 	default:
-		return 2, fmt.Errorf("unknown command %q", args[0])
+		return cliMain(ctx, args)
 	}
 }
+
+const usage = `usage: airlock COMMAND [ARG...]
+
+Daemon:
+  serve                     run the daemon (see airlock serve --help)
+
+Client (AIRLOCK_URL, AIRLOCK_API_KEY):
+  sandbox create|ls|get|rm|extend
+  exec ID -- CMD...         run a command in a sandbox
+  run [-t TEMPLATE] -- CMD...
+                            create a sandbox, run a command, destroy it
+  cp SRC DST                copy files (sandbox paths are ID:PATH)
+  shell ID                  interactive shell
+  audit [verify]            the audit log
+  keys create|ls|revoke     API keys
+
+Other:
+  demo -- CMD...            run one command in a fresh sandbox without a daemon
+`

@@ -1,0 +1,256 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/api"
+	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/auth"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/runtime/linux"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/store/sqlitestore"
+	"github.com/airlock-sandbox/airlock/internal/template"
+)
+
+// Data directory layout.
+const (
+	dbFile       = "airlock.db"
+	sandboxesDir = "sandboxes" // runtime state, one directory per sandbox
+	recordsDir   = "records"   // the manager's per-sandbox records
+	templatesDir = "templates"
+)
+
+// shutdownTimeout bounds the graceful shutdown of the API server and the
+// manager.
+const shutdownTimeout = 10 * time.Second
+
+// Options are what the caller of Run provides besides the Config.
+type Options struct {
+	// Log receives the daemon's log.
+	Log *slog.Logger
+	// Announce receives the one-time admin key of a new installation and
+	// the "listening" line. Default: discard.
+	Announce io.Writer
+	// Ready, if set, is called with the bound address once the API serves.
+	Ready func(addr net.Addr)
+}
+
+// Run starts the daemon and serves until ctx ends, then shuts down
+// gracefully: the API stops accepting requests and finishes those in
+// flight (up to 10 s), background work stops, and the sandboxes keep
+// running for the next daemon to adopt.
+func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	announce := opts.Announce
+	if announce == nil {
+		announce = io.Discard
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("airlock serve must run as root (it creates namespaces, cgroups and mounts): %w", errdefs.ErrPermissionDenied)
+	}
+	// Sandbox uids must traverse the data dir to reach template layers
+	// and their mount points; nothing in it is readable to them.
+	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if err := os.Chmod(cfg.DataDir, 0o711); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+
+	// One daemon per data directory: a second one would adopt, and
+	// destroy, the first one's sandboxes.
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// Listen before anything is adopted or created, so that a busy port
+	// fails the start at once.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer ln.Close()
+
+	st, err := sqlitestore.Open(ctx, filepath.Join(cfg.DataDir, dbFile), sqlitestore.Options{Logger: log.With("component", "store")})
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer closeWith(&retErr, "close store", st.Close)
+
+	auditLog, err := audit.New(ctx, st, audit.Options{Logger: log.With("component", "audit")})
+	if err != nil {
+		return fmt.Errorf("open audit log: %w", err)
+	}
+	defer closeWith(&retErr, "close audit log", func() error {
+		cctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		return auditLog.Close(cctx)
+	})
+
+	keys, err := auth.NewService(st, auth.Options{Logger: log.With("component", "auth")})
+	if err != nil {
+		return err
+	}
+	adminKey, err := keys.EnsureAdmin(ctx, cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("bootstrap admin key: %w", err)
+	}
+	if adminKey != "" {
+		fmt.Fprintf(announce, "Created the admin API key (shown once; also in %s, mode 0600):\n\n    %s\n\n",
+			filepath.Join(cfg.DataDir, auth.AdminKeyFile), adminKey)
+	}
+	limiter, err := auth.NewLimiter(auth.LimiterOptions{Rate: cfg.RateLimit, Burst: cfg.RateBurst})
+	if err != nil {
+		return err
+	}
+
+	rt, err := linux.New(linux.Config{
+		StateDir: filepath.Join(cfg.DataDir, sandboxesDir),
+		Logger:   log.With("component", "runtime"),
+	})
+	if err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
+	host, err := template.NewHost(template.HostOptions{CacheDir: filepath.Join(cfg.DataDir, templatesDir, template.HostName)})
+	if err != nil {
+		return fmt.Errorf("host template: %w", err)
+	}
+	templates, err := template.NewRegistry(host)
+	if err != nil {
+		return err
+	}
+	scfg := sandbox.Config{
+		StateDir:        filepath.Join(cfg.DataDir, recordsDir),
+		DefaultTemplate: cfg.DefaultTemplate,
+		DefaultTimeout:  time.Duration(cfg.DefaultTimeout),
+		MaxLifetime:     time.Duration(cfg.MaxLifetime),
+		MaxConcurrent:   cfg.MaxSandboxes,
+	}
+	if cfg.PoolSize > 0 {
+		scfg.PoolSize = map[string]int{cfg.DefaultTemplate: cfg.PoolSize}
+	}
+	mgr, err := sandbox.New(rt, templates, scfg, log.With("component", "sandbox"))
+	if err != nil {
+		return err
+	}
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("start sandbox manager: %w", err)
+	}
+	defer closeWith(&retErr, "close sandbox manager", func() error {
+		cctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		return mgr.Close(cctx)
+	})
+
+	h, err := api.New(api.Config{
+		Sandboxes: mgr,
+		Auth:      keys,
+		Audit:     auditLog,
+		Limiter:   limiter,
+		Quota:     keys,
+		Ready: func(ctx context.Context) error {
+			_, err := st.AuditHead(ctx)
+			return err
+		},
+		Log: log.With("component", "api"),
+	})
+	if err != nil {
+		return err
+	}
+	srv := api.NewServer(cfg.Listen, h, log.With("component", "http"))
+	fmt.Fprintf(announce, "Airlock is listening on http://%s (data in %s)\n", ln.Addr(), cfg.DataDir)
+	log.Info("serving", "addr", ln.Addr().String(), "data_dir", cfg.DataDir)
+	if opts.Ready != nil {
+		opts.Ready(ln.Addr())
+	}
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down; sandboxes keep running")
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("API shutdown", "err", err)
+		_ = srv.Close()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+// lockFile is the data directory's lock, held while a daemon runs.
+const lockFile = "daemon.lock"
+
+// lockDataDir takes an exclusive lock on the data directory, failing at
+// once if another daemon holds it. The kernel drops the lock when the
+// process dies, however it dies.
+func lockDataDir(dir string) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock data dir: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("another airlock daemon is using %s: %w", dir, errdefs.ErrFailedPrecondition)
+		}
+		return nil, fmt.Errorf("lock data dir: %w", err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// closeWith runs close and records its error in *err unless one is there.
+func closeWith(err *error, what string, close func() error) {
+	if cerr := close(); cerr != nil && *err == nil {
+		*err = fmt.Errorf("%s: %w", what, cerr)
+	}
+}
+
+// NewLogger returns the daemon's text logger at level.
+func NewLogger(w io.Writer, level string) (*slog.Logger, error) {
+	l, err := parseLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info", "":
+		return slog.LevelInfo, nil
+	case "warn":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("%w: %w", errLevel, errdefs.ErrInvalidArgument)
+}
