@@ -1,0 +1,80 @@
+package daemon
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+func TestLoadConfigPrecedence(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "airlock.json")
+	if err := os.WriteFile(file, []byte(`{"listen":"127.0.0.1:1","pool_size":5,"default_timeout":"2m","data_dir":"/srv/file"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfig(
+		[]string{"--config", file, "--listen", "127.0.0.1:3"},
+		[]string{"AIRLOCK_LISTEN=127.0.0.1:2", "AIRLOCK_POOL_SIZE=7", "AIRLOCK_URL=ignored", "PATH=/bin"},
+		io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Defaults()
+	want.Listen = "127.0.0.1:3"                     // flag beats env and file
+	want.PoolSize = 7                               // env beats file
+	want.DefaultTimeout = Duration(2 * time.Minute) // file beats default
+	want.DataDir = "/srv/file"
+	if cfg != want {
+		t.Fatalf("got %+v\nwant %+v", cfg, want)
+	}
+}
+
+func TestLoadConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tests := []struct {
+		name      string
+		args, env []string
+		want      string
+	}{
+		{"unknown file key", []string{"--config", write("a.json", `{"listen":"127.0.0.1:1","colour":"red"}`)}, nil, "unknown field"},
+		{"trailing data", []string{"--config", write("b.json", `{} {}`)}, nil, "trailing data"},
+		{"bad duration", []string{"--config", write("c.json", `{"max_lifetime":5}`)}, nil, "duration"},
+		{"missing file", []string{"--config", filepath.Join(dir, "none.json")}, nil, "config file"},
+		{"unknown env", nil, []string{"AIRLOCK_LISTN=127.0.0.1:1"}, "unknown environment variable AIRLOCK_LISTN"},
+		{"bad env number", nil, []string{"AIRLOCK_POOL_SIZE=many"}, "AIRLOCK_POOL_SIZE"},
+		{"bad listen", []string{"--listen", "nowhere"}, nil, "listen address"},
+		{"relative data dir", []string{"--data-dir", "data"}, nil, "absolute"},
+		{"pool too big", []string{"--pool-size", "1000"}, nil, "pool size"},
+		{"timeout above lifetime", []string{"--default-timeout", "2h", "--max-lifetime", "1h"}, nil, "default timeout"},
+		{"bad level", []string{"--log-level", "loud"}, nil, "log level"},
+		{"arguments", []string{"extra"}, nil, "no arguments"},
+		{"unknown flag", []string{"--colour"}, nil, "flag provided but not defined"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := LoadConfig(tt.args, tt.env, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tt.want)
+			}
+			if !strings.Contains(tt.name, "flag") && !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Errorf("error %v is not invalid_argument", err)
+			}
+		})
+	}
+	if _, err := LoadConfig([]string{"--help"}, nil, io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("--help: %v", err)
+	}
+}
