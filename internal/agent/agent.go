@@ -139,12 +139,23 @@ func New(opts Options) (*Agent, error) {
 	return a, nil
 }
 
+// MaxMessageBytes caps one request message the agent accepts.
+const MaxMessageBytes = 4 << 20
+
 // Handler returns the HTTP handler that serves every agent service.
 func (a *Agent) Handler() http.Handler {
+	opts := connect.WithHandlerOptions(
+		// The daemon is on the other end of a local socket: compression
+		// would only cost CPU.
+		connect.WithCompression("gzip", nil, nil),
+		// No request message needs more: file writes come in 256 KiB
+		// chunks, stdin in 64 KiB ones.
+		connect.WithReadMaxBytes(MaxMessageBytes),
+	)
 	mux := http.NewServeMux()
-	mux.Handle(agentv1connect.NewAgentServiceHandler(&infoService{a: a}))
-	mux.Handle(agentv1connect.NewProcessServiceHandler(a.procs))
-	mux.Handle(agentv1connect.NewFileServiceHandler(a.files))
+	mux.Handle(agentv1connect.NewAgentServiceHandler(&infoService{a: a}, opts))
+	mux.Handle(agentv1connect.NewProcessServiceHandler(a.procs, opts))
+	mux.Handle(agentv1connect.NewFileServiceHandler(a.files, opts))
 	return mux
 }
 

@@ -29,6 +29,7 @@ type harness struct {
 	a    *Agent
 	c    *agentclient.Client
 	raw  agentv1connect.ProcessServiceClient
+	srv  *testServer
 	root string
 	home string // host path of the user's home
 }
@@ -59,7 +60,7 @@ func newHarness(tb testing.TB, mod func(*Options)) *harness {
 	}
 	srv := serveAgent(tb, a)
 	c := srv.client
-	h := &harness{a: a, c: c, root: root, home: home,
+	h := &harness{a: a, c: c, srv: srv, root: root, home: home,
 		raw: agentv1connect.NewProcessServiceClient(srv.http, "http://agent")}
 	tb.Cleanup(func() {
 		h.killAll()
@@ -604,5 +605,36 @@ func BenchmarkExecTrue(b *testing.B) {
 		if err != nil || res.Status != agentclient.StatusSuccess {
 			b.Fatalf("exec: %+v %v", res, err)
 		}
+	}
+}
+
+// The agent never compresses (it talks over a local socket), even to a
+// client that offers gzip, and refuses oversized request messages.
+func TestNoCompressionAndMessageCap(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	gz := agentv1connect.NewProcessServiceClient(h.srv.http, "http://agent") // accepts gzip by default
+	stream, err := gz.Start(ctx, connect.NewRequest(&agentv1.StartRequest{
+		Config: &agentv1.ProcessConfig{Shell: "head -c 100000 /dev/zero"},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for stream.Receive() {
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if enc := stream.ResponseHeader().Get("Connect-Content-Encoding"); enc != "" {
+		t.Fatalf("response compressed with %q", enc)
+	}
+	stream.Close()
+
+	_, err = h.raw.SendInput(ctx, connect.NewRequest(&agentv1.SendInputRequest{
+		Process: &agentv1.ProcessSelector{Selector: &agentv1.ProcessSelector_Pid{Pid: 1}},
+		Data:    make([]byte, MaxMessageBytes+1),
+	}))
+	if connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("oversized message: %v", err)
 	}
 }
