@@ -243,7 +243,7 @@ func TestAttackHostVisibility(t *testing.T) {
 	// The cgroup namespace hides the host's cgroup layout and the
 	// sandbox's id.
 	out = env.victim.Sh(t, ctx, "cat /proc/self/cgroup")
-	if strings.Contains(out, env.victim.ID()) || strings.Contains(out, "airlock") || !strings.Contains(out, ":/../work/p") {
+	if strings.Contains(out, env.victim.ID()) || strings.Contains(out, "airlock") || !strings.Contains(out, ":/../work/c") {
 		t.Errorf("/proc/self/cgroup shows the host layout:\n%s", out)
 	}
 	// Only sandbox processes are visible.

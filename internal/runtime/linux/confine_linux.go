@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
@@ -56,18 +58,52 @@ func delegatedCgroups(cfg *initConfig) (agent.ExecCgroups, error) {
 	if err != nil {
 		return nil, err
 	}
-	return execCgroups{d}, nil
+	e := &execCgroups{d: d, ready: make(chan *cgroups.Exec, 1)}
+	go e.refill()
+	return e, nil
 }
 
-// execCgroups adapts cgroups.Delegated to the agent's interface.
-type execCgroups struct{ d *cgroups.Delegated }
+// execCgroups adapts cgroups.Delegated to the agent's interface. It keeps
+// one exec cgroup made ahead of time, so that making the directories in
+// every hierarchy is not on a command's path.
+type execCgroups struct {
+	d     *cgroups.Delegated
+	ready chan *cgroups.Exec // at most one cgroup made ahead
+	seq   atomic.Uint64
+}
 
-func (e execCgroups) New(name string) (agent.ExecCgroup, error) {
-	x, err := e.d.New(name)
+// New returns a fresh exec cgroup. The agent's name only needs to be
+// unique; the cgroups' own names ("c1", "c2", ...) are.
+func (e *execCgroups) New(string) (agent.ExecCgroup, error) {
+	select {
+	case x := <-e.ready:
+		go e.refill()
+		return execCgroup{x}, nil
+	default:
+	}
+	x, err := e.make()
 	if err != nil {
 		return nil, err
 	}
 	return execCgroup{x}, nil
+}
+
+func (e *execCgroups) make() (*cgroups.Exec, error) {
+	return e.d.New("c" + strconv.FormatUint(e.seq.Add(1), 10))
+}
+
+// refill makes the next cgroup ahead of time. A failure is left for the
+// next New to meet (and report) on its own path.
+func (e *execCgroups) refill() {
+	x, err := e.make()
+	if err != nil {
+		return
+	}
+	select {
+	case e.ready <- x:
+	default:
+		_ = x.Close() // someone refilled first
+	}
 }
 
 type execCgroup struct{ x *cgroups.Exec }

@@ -69,7 +69,11 @@ func takeSnapshot(rt *Runtime) (hostSnapshot, error) {
 		for _, line := range strings.Split(string(st), "\n") {
 			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
 				uid, _ := strconv.ParseUint(f[1], 10, 32)
-				if uint32(uid) >= rt.cfg.UIDBase {
+				// Sandboxes of other runtimes on this host (other test
+				// packages' daemons) share the uid base; ours are in our
+				// cgroup parent.
+				cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+				if uint32(uid) >= rt.cfg.UIDBase && strings.Contains(string(cg), "/"+rt.cfg.CgroupParent+"/") {
 					comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 					s.processes[pid] = strings.TrimSpace(string(comm))
 				}

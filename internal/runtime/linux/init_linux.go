@@ -136,7 +136,7 @@ func setupStage() int {
 		return fail(fmt.Errorf("pass config: %w", err))
 	}
 	// A cgroup namespace rooted at the agent's cgroup, so that sandboxed
-	// code sees /proc/self/cgroup as "/../work/p1" instead of the host's
+	// code sees /proc/self/cgroup as "/../work/c1" instead of the host's
 	// path with the sandbox id. unshare applies to the calling thread
 	// only; that thread then execs, and the serve stage is all in it.
 	runtime.LockOSThread() // never unlocked: this thread becomes the serve stage
