@@ -125,6 +125,36 @@ func RestrictFiles(p Policy) (Result, error) {
 	return Result{LandlockABI: rs.abi, Missing: rs.missing, Duration: time.Since(start)}, nil
 }
 
+// EmptyBoundingForExec empties the bounding set of the calling thread only,
+// after copying its permitted capabilities into its inheritable set, so
+// that an execve by this thread as uid 0 keeps the capabilities (they come
+// back from the inheritable set) while nothing the new image execs can
+// gain any. The caller must have locked the goroutine to its thread and
+// exec from it; the new image's Apply clears the inheritable set and finds
+// the bounding set already empty, which saves emptying it on every thread
+// (one stop-the-world round per capability).
+func EmptyBoundingForExec() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("confine: capget: %v: %w", err, errdefs.ErrInternal)
+	}
+	data[0].Inheritable, data[1].Inheritable = data[0].Permitted, data[1].Permitted
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("confine: capset: %v: %w", err, errdefs.ErrInternal)
+	}
+	last, err := lastCap()
+	if err != nil {
+		return err
+	}
+	for c := 0; c <= last; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+			return fmt.Errorf("confine: drop capability %d from the bounding set: %v: %w", c, err, errdefs.ErrInternal)
+		}
+	}
+	return nil
+}
+
 // capPlan is what prepareCaps found and drop will change.
 type capPlan struct {
 	bounding []uintptr           // capabilities still in the bounding set

@@ -22,3 +22,8 @@ func Status() (State, error) {
 func RestrictFiles(p Policy) (Result, error) {
 	return Result{}, fmt.Errorf("confine: %w on this operating system", errdefs.ErrNotSupported)
 }
+
+// EmptyBoundingForExec is only implemented on Linux.
+func EmptyBoundingForExec() error {
+	return fmt.Errorf("confine: %w on this operating system", errdefs.ErrNotSupported)
+}

@@ -65,12 +65,28 @@ func runDomainChild(mode string) int {
 			return fail(err)
 		}
 		if mode == "reexec" {
+			runtime.LockOSThread()
+			if err := EmptyBoundingForExec(); err != nil {
+				return fail(err)
+			}
 			err := syscall.Exec("/proc/self/exe", []string{os.Args[0], "-test.run=^$"}, []string{envDomain + "=reexec2", "PATH=/usr/bin:/bin"})
 			return fail(fmt.Errorf("re-exec: %w", err))
 		}
 	case "reexec2":
+		// The capabilities came through the exec in the inheritable set,
+		// the bounding set stayed empty.
+		st, err := Status()
+		if err != nil {
+			return fail(err)
+		}
+		if st.CapBnd != 0 || st.CapEff == 0 || st.CapInh != st.CapEff {
+			return fail(fmt.Errorf("after exec: %+v", st))
+		}
 		if _, err := Apply(Policy{FilesRestricted: true}); err != nil {
 			return fail(err)
+		}
+		if st, err = Status(); err != nil || st.CapBnd != 0 || st.CapInh != 0 || st.CapEff == 0 || !st.NoNewPrivs || st.SeccompMode != 2 {
+			return fail(fmt.Errorf("after Apply: %+v %v", st, err))
 		}
 		// The Landlock domain survived the exec: writes stay refused.
 		if f, err := os.CreateTemp("", "domain-"); err == nil {

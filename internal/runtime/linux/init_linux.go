@@ -143,6 +143,12 @@ func setupStage() int {
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		return fail(fmt.Errorf("cgroup namespace: %w", err))
 	}
+	// Emptying the bounding set on this one thread is much cheaper than
+	// on every thread of the serve stage; the capabilities the agent
+	// needs survive the exec in its inheritable set.
+	if err := confine.EmptyBoundingForExec(); err != nil {
+		return fail(fmt.Errorf("confine: %w", err))
+	}
 	err = syscall.Exec(agentBinaryPath, os.Args, []string{stageEnv + "=" + stageServe})
 	runtime.KeepAlive(status) // its finalizer must not close fdStatus before the exec
 	return fail(fmt.Errorf("re-execute agent: %w", err))
