@@ -1,5 +1,6 @@
 // Package client is the Go client of Airlock's public REST API (v1):
-// sandboxes, commands, files and interactive terminals.
+// sandboxes, commands, files, interactive terminals, the audit log and API
+// keys.
 //
 //	c, err := client.New("http://127.0.0.1:7070", os.Getenv("AIRLOCK_API_KEY"))
 //	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{})

@@ -24,6 +24,8 @@ type PTYOptions struct {
 	Cols, Rows uint16
 	// Command is a shell command line; empty means a login shell.
 	Command string
+	// User is "user" (the default) or "root".
+	User string
 }
 
 // PTYExit is how the process of a terminal session ended.
@@ -80,6 +82,9 @@ func (c *Client) PTY(ctx context.Context, id string, opts PTYOptions) (*PTY, err
 	}
 	if opts.Command != "" {
 		q.Set("cmd", opts.Command)
+	}
+	if opts.User != "" {
+		q.Set("user", opts.User)
 	}
 	hdr := http.Header{}
 	hdr.Set("Authorization", "Bearer "+c.key)

@@ -1,5 +1,6 @@
 // Package api serves Airlock's public REST API (v1): sandboxes, exec,
-// files and an interactive PTY over WebSocket, plus health endpoints. It is
+// files and an interactive PTY over WebSocket, the audit log, API keys,
+// plus health endpoints. It is
 // the one place where internal errors become HTTP statuses and public error
 // codes (see publicError).
 //
@@ -8,8 +9,10 @@
 // and checked for the scope its route needs. Sandboxes belong to the
 // principal's tenant (sandbox.Spec.Owner); a sandbox of another tenant is
 // reported exactly like one that does not exist. Every mutation (create,
-// delete, timeout, exec, file write, file delete, PTY session) is appended
-// to the audit log with its outcome. The wire format is documented in
+// delete, timeout, exec, file write, file delete, PTY session, key
+// create and revoke, audit verification) is appended to the audit log with
+// its outcome. A tenant sees only its own audit records and keys; the
+// admin scope does not cross tenants. The wire format is documented in
 // api/openapi.yaml, whose routes a test keeps equal to the routes served.
 package api
 
@@ -131,8 +134,20 @@ type Config struct {
 	Audit Auditor
 	// Limiter, if set, limits requests per API key (429 rate_limited).
 	Limiter RateLimiter
-	// Quota, if set, caps sandboxes per tenant (429 resource_exhausted).
+	// Quota, if set, caps sandboxes per tenant (429 resource_exhausted)
+	// before a sandbox is created. With Records set, the store's atomic
+	// check of the tenant's quota applies too (see Records).
 	Quota Quota
+	// AuditLog, if set, serves GET /v1/audit and POST /v1/audit/verify;
+	// without it they answer 501 not_supported. Usually the same
+	// *audit.Log as Audit.
+	AuditLog AuditLog
+	// Keys, if set, serves /v1/keys; without it those routes answer 501
+	// not_supported.
+	Keys KeyManager
+	// Records, if set, keeps the durable record of every sandbox the API
+	// creates and destroys (see Records and Handler.SyncRecords).
+	Records Records
 	// Ready, if set, is asked by GET /readyz; nil means always ready.
 	Ready func(ctx context.Context) error
 	// Log receives server-side failures; nil discards.
@@ -148,10 +163,14 @@ type Handler struct {
 	auditor Auditor
 	limiter RateLimiter
 	quota   Quota
-	ready   func(ctx context.Context) error
-	log     *slog.Logger
-	lim     Limits
-	mux     *http.ServeMux
+	// auditLog, keys and records are optional (nil: not served / not kept).
+	auditLog AuditLog
+	keys     KeyManager
+	records  Records
+	ready    func(ctx context.Context) error
+	log      *slog.Logger
+	lim      Limits
+	mux      *http.ServeMux
 }
 
 // New returns the API handler for cfg.
@@ -160,15 +179,18 @@ func New(cfg Config) (*Handler, error) {
 		return nil, fmt.Errorf("api: sandboxes, auth and audit are required: %w", errdefs.ErrInvalidArgument)
 	}
 	h := &Handler{
-		mgr:     cfg.Sandboxes,
-		authn:   cfg.Auth,
-		auditor: cfg.Audit,
-		limiter: cfg.Limiter,
-		quota:   cfg.Quota,
-		ready:   cfg.Ready,
-		log:     cfg.Log,
-		lim:     cfg.Limits.withDefaults(),
-		mux:     http.NewServeMux(),
+		mgr:      cfg.Sandboxes,
+		authn:    cfg.Auth,
+		auditor:  cfg.Audit,
+		limiter:  cfg.Limiter,
+		quota:    cfg.Quota,
+		auditLog: cfg.AuditLog,
+		keys:     cfg.Keys,
+		records:  cfg.Records,
+		ready:    cfg.Ready,
+		log:      cfg.Log,
+		lim:      cfg.Limits.withDefaults(),
+		mux:      http.NewServeMux(),
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -236,7 +258,7 @@ func NewServer(addr string, h http.Handler, log *slog.Logger) *http.Server {
 // route is one entry of the route table: the only place routes are listed.
 type route struct {
 	method string
-	path   string // a ServeMux pattern path; {id} is a sandbox ID
+	path   string // a ServeMux pattern path; {id} is a sandbox ID (a key ID under /v1/keys)
 	// scope is what the key needs; "" for the unauthenticated health
 	// endpoints.
 	scope auth.Scope
@@ -254,6 +276,7 @@ const (
 	ActionSandboxPTY     = "sandbox.pty"
 	ActionFileWrite      = "file.write"
 	ActionFileDelete     = "file.delete"
+	ActionAuditVerify    = "audit.verify"
 )
 
 // routes is the route table. It does not use h's fields, so a zero Handler
@@ -273,6 +296,11 @@ func (h *Handler) routes() []route {
 		{"DELETE", "/v1/sandboxes/{id}/files", auth.ScopeFiles, ActionFileDelete, h.removeFile},
 		{"GET", "/v1/sandboxes/{id}/files/list", auth.ScopeFiles, "", h.listDir},
 		{"GET", "/v1/sandboxes/{id}/pty", auth.ScopeExec, ActionSandboxPTY, h.pty},
+		{"GET", "/v1/audit", auth.ScopeAuditRead, "", h.listAudit},
+		{"POST", "/v1/audit/verify", auth.ScopeAdmin, ActionAuditVerify, h.verifyAudit},
+		{"POST", "/v1/keys", auth.ScopeAdmin, ActionKeyCreate, h.createKey},
+		{"GET", "/v1/keys", auth.ScopeAdmin, "", h.listKeys},
+		{"DELETE", "/v1/keys/{id}", auth.ScopeAdmin, ActionKeyRevoke, h.revokeKey},
 	}
 }
 

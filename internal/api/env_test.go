@@ -183,9 +183,12 @@ func newTestEnv(t testing.TB, tune ...func(*Config)) *testEnv {
 		keyB:    {TenantID: tenantB, KeyID: "kb", Scopes: []auth.Scope{auth.ScopeAdmin}},
 		keyNone: {TenantID: tenantA, KeyID: "knone"},
 	}
-	for _, s := range apiScopes {
+	// keyWithout(s) has every scope the routes need but s (and never
+	// admin, which implies them all).
+	routeScopes := append(slices.Clone(apiScopes), auth.ScopeAuditRead)
+	for _, s := range append(slices.Clone(routeScopes), auth.ScopeAdmin) {
 		keys[keyWithout(s)] = auth.Principal{TenantID: tenantA, KeyID: "k-no-" + string(s),
-			Scopes: slices.DeleteFunc(slices.Clone(apiScopes), func(x auth.Scope) bool { return x == s })}
+			Scopes: slices.DeleteFunc(slices.Clone(routeScopes), func(x auth.Scope) bool { return x == s })}
 	}
 	e := &testEnv{
 		t:       t,

@@ -19,7 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
-// The PTY protocol (GET /v1/sandboxes/{id}/pty?cols=C&rows=R&cmd=CMD,
+// The PTY protocol (GET /v1/sandboxes/{id}/pty?cols=C&rows=R&cmd=CMD&user=U,
 // upgraded to a WebSocket):
 //
 //   - Binary frames, both ways, carry terminal bytes: client to server is
@@ -36,7 +36,8 @@ import (
 //   - The client closing the WebSocket (or going away) kills the process.
 //
 // cmd is a shell command line (run with /bin/sh -c); it defaults to a
-// login shell. cols and rows default to 80 and 24.
+// login shell. cols and rows default to 80 and 24. user is "user" (the
+// default) or "root".
 const (
 	defaultPTYCommand = "if command -v bash >/dev/null 2>&1; then exec bash -l; fi; exec sh -l"
 	defaultPTYCols    = 80
@@ -68,12 +69,13 @@ type ptyExit struct {
 type ptyParams struct {
 	cols, rows uint16
 	cmd        string
+	user       string // "" (the default user), "user" or "root"
 }
 
 // parsePTYQuery validates the query of a PTY request.
 func parsePTYQuery(raw string) (ptyParams, error) {
 	out := ptyParams{cols: defaultPTYCols, rows: defaultPTYRows, cmd: defaultPTYCommand}
-	q, err := parseQuery(raw, "cols", "rows", "cmd")
+	q, err := parseQuery(raw, "cols", "rows", "cmd", "user")
 	if err != nil {
 		return out, err
 	}
@@ -93,6 +95,11 @@ func parsePTYQuery(raw string) (ptyParams, error) {
 	}
 	if out.rows, err = dim("rows", defaultPTYRows); err != nil {
 		return out, err
+	}
+	switch out.user = q.Get("user"); out.user {
+	case "", "user", "root":
+	default:
+		return out, invalidf("user must be \"user\" or \"root\"")
 	}
 	if q.Has("cmd") {
 		cmd := q.Get("cmd")
@@ -129,6 +136,9 @@ func (h *Handler) pty(c *call) error {
 		cmdText = strings.ToValidUTF8(cmdText[:maxAuditBytes], "") + "...(truncated)"
 	}
 	c.ev.Details = map[string]any{"command": cmdText}
+	if params.user != "" {
+		c.ev.Details["user"] = params.user
+	}
 	conn, err := websocket.Accept(c.w, c.r, nil)
 	if err != nil {
 		// Accept has answered with an HTTP error.
@@ -144,6 +154,7 @@ func (h *Handler) pty(c *call) error {
 	out := wsWriter(ctx, conn, h.lim.WriteIdleTimeout)
 	p, err := h.mgr.StartProcess(ctx, sb.ID, agentclient.ExecRequest{
 		Shell:     params.cmd,
+		User:      params.user,
 		Env:       map[string]string{"TERM": "xterm-256color"},
 		Pty:       &agentclient.PtySize{Cols: params.cols, Rows: params.rows},
 		OpenStdin: true,

@@ -215,17 +215,30 @@ func (h *Handler) createSandbox(c *call) error {
 	}
 	c.ev.Target = sb.ID
 	c.ev.Details["template"] = sb.Template
+	recorded := false
 	undo := func(why error) error {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(c.r.Context()), time.Minute)
 		defer cancel()
 		if derr := h.mgr.Destroy(dctx, sb.ID); derr != nil {
 			h.log.Error("destroying a sandbox that could not be kept", "sandbox", sb.ID, "err", derr)
 		}
+		if recorded {
+			if rerr := h.recordStopped(dctx, sb); rerr != nil {
+				h.log.Error("recording a sandbox that could not be kept as stopped", "sandbox", sb.ID, "err", rerr)
+			}
+		}
 		return why
 	}
-	// Concurrent creates may all pass the check above: the oldest ones
-	// within the quota stay, the newer ones go.
-	if quota > 0 {
+	switch {
+	case h.records != nil:
+		// The store's quota check is atomic across concurrent creates.
+		if err := h.recordCreated(c.r.Context(), sb); err != nil {
+			return undo(err)
+		}
+		recorded = true
+	case quota > 0:
+		// Concurrent creates may all pass the check above: the oldest
+		// ones within the quota stay, the newer ones go.
 		live := h.mgr.List(sandbox.Filter{Owner: c.p.TenantID, States: liveStates})
 		if i := slices.IndexFunc(live, func(s sandbox.Sandbox) bool { return s.ID == sb.ID }); i >= quota {
 			return undo(quotaErr(quota))
@@ -341,6 +354,11 @@ func (h *Handler) deleteSandbox(c *call) error {
 	}
 	if err := c.commit(); err != nil {
 		return err
+	}
+	if h.records != nil {
+		if err := h.recordStopped(c.r.Context(), sb); err != nil {
+			return h.recordUnavailable(sb.ID, err, "the sandbox was deleted but its record was not updated; retry the delete")
+		}
 	}
 	c.w.WriteHeader(http.StatusNoContent)
 	return nil

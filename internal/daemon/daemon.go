@@ -33,6 +33,10 @@ const (
 	templatesDir = "templates"
 )
 
+// recordSyncInterval is how often the store's sandbox records are brought
+// in line with the sandboxes that ended on their own.
+const recordSyncInterval = time.Minute
+
 // shutdownTimeout bounds the graceful shutdown of the API server and the
 // manager.
 const shutdownTimeout = 10 * time.Second
@@ -172,11 +176,35 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 			_, err := st.AuditHead(ctx)
 			return err
 		},
-		Log: log.With("component", "api"),
+		AuditLog: auditLog,
+		Keys:     keys,
+		Records:  st,
+		Log:      log.With("component", "api"),
 	})
 	if err != nil {
 		return err
 	}
+	// Sandboxes that expired or idled out while no daemon ran (or since
+	// the last sync) end without the API: mark their records stopped.
+	if err := h.SyncRecords(ctx); err != nil {
+		return fmt.Errorf("sync sandbox records: %w", err)
+	}
+	syncCtx, stopSync := context.WithCancel(ctx)
+	defer stopSync()
+	go func() {
+		t := time.NewTicker(recordSyncInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-syncCtx.Done():
+				return
+			case <-t.C:
+				if err := h.SyncRecords(syncCtx); err != nil && syncCtx.Err() == nil {
+					log.Warn("sync sandbox records", "err", err)
+				}
+			}
+		}
+	}()
 	srv := api.NewServer(cfg.Listen, h, log.With("component", "http"))
 	fmt.Fprintf(announce, "Airlock is listening on http://%s (data in %s)\n", ln.Addr(), cfg.DataDir)
 	log.Info("serving", "addr", ln.Addr().String(), "data_dir", cfg.DataDir)

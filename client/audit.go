@@ -1,0 +1,118 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// AuditQuery selects audit records. Zero fields match everything.
+type AuditQuery struct {
+	// Action and Target keep records with exactly this value, e.g.
+	// "sandbox.exec" and a sandbox ID.
+	Action string
+	Target string
+	// Since keeps records at or after this time, Until those before it.
+	Since, Until time.Time
+	// After keeps records with a larger Seq: pass the nextAfter of the
+	// previous page.
+	After uint64
+	// Limit caps the records of one page: the server's default (100) if
+	// 0, at most 1000.
+	Limit int
+}
+
+// AuditRecord is one record of the audit log, with its place in the hash
+// chain.
+type AuditRecord struct {
+	// Seq numbers records from 1 without gaps, across all tenants.
+	Seq      uint64    `json:"seq"`
+	Time     time.Time `json:"time"`
+	TenantID string    `json:"tenant_id,omitempty"`
+	// KeyID is the API key that acted.
+	KeyID  string `json:"key_id,omitempty"`
+	Action string `json:"action"`
+	Target string `json:"target,omitempty"`
+	// Outcome is "ok" or the error code of the failure.
+	Outcome string `json:"outcome"`
+	// Details are action-specific facts, as JSON.
+	Details  json.RawMessage `json:"details,omitempty"`
+	PrevHash string          `json:"prev_hash"`
+	Hash     string          `json:"hash"`
+}
+
+// AuditHead names a record of the chain by its Seq and Hash: the head of
+// the log in a report, or a checkpoint saved earlier.
+type AuditHead struct {
+	Seq  uint64 `json:"seq"`
+	Hash string `json:"hash"`
+}
+
+// AuditReport is the outcome of AuditVerify.
+type AuditReport struct {
+	// OK is true when every record up to Head checked out.
+	OK bool `json:"ok"`
+	// Records counts the records whose hashes were checked.
+	Records uint64 `json:"records"`
+	// FirstBadSeq is the first bad record (0 when OK), and Reason what
+	// is wrong with it.
+	FirstBadSeq uint64 `json:"first_bad_seq"`
+	Reason      string `json:"reason,omitempty"`
+	// Head is the anchor verified up to: keep it off the host and pass
+	// it to a later AuditVerify as a checkpoint.
+	Head AuditHead `json:"head"`
+}
+
+// AuditList returns a page of the caller's tenant's audit records, in
+// ascending Seq order. nextAfter is the After of the next page, 0 when
+// this page is the last. It needs the audit:read scope.
+func (c *Client) AuditList(ctx context.Context, q AuditQuery) (records []AuditRecord, nextAfter uint64, err error) {
+	v := url.Values{}
+	if q.Action != "" {
+		v.Set("action", q.Action)
+	}
+	if q.Target != "" {
+		v.Set("target", q.Target)
+	}
+	if !q.Since.IsZero() {
+		v.Set("since", q.Since.UTC().Format(time.RFC3339Nano))
+	}
+	if !q.Until.IsZero() {
+		v.Set("until", q.Until.UTC().Format(time.RFC3339Nano))
+	}
+	if q.After > 0 {
+		v.Set("after", strconv.FormatUint(q.After, 10))
+	}
+	if q.Limit < 0 {
+		return nil, 0, fmt.Errorf("airlock: audit limit %d is negative: %w", q.Limit, ErrInvalid)
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	var out struct {
+		Records   []AuditRecord `json:"records"`
+		NextAfter uint64        `json:"next_after"`
+	}
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/audit", v, nil, &out, http.StatusOK); err != nil {
+		return nil, 0, err
+	}
+	return out.Records, out.NextAfter, nil
+}
+
+// AuditVerify checks the whole audit chain on the server, and that each
+// checkpoint (a head saved earlier) still matches. A broken chain is a
+// report with OK false, not an error. It needs the admin scope.
+func (c *Client) AuditVerify(ctx context.Context, checkpoints ...AuditHead) (*AuditReport, error) {
+	in := struct {
+		Checkpoints []AuditHead `json:"checkpoints,omitempty"`
+	}{checkpoints}
+	var out AuditReport
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/audit/verify", nil, in, &out, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

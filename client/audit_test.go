@@ -1,0 +1,47 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+)
+
+func TestAuditListRequest(t *testing.T) {
+	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 3600))
+	c := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if r.Method != "GET" || r.URL.Path != "/prefix/v1/audit" || q.Get("action") != "sandbox.exec" || q.Get("target") != "sb-x" ||
+			q.Get("since") != "2026-01-02T02:04:05Z" || q.Has("until") || q.Get("after") != "7" || q.Get("limit") != "2" {
+			t.Errorf("request %s %s", r.Method, r.URL)
+		}
+		io.WriteString(w, `{"records":[{"seq":8,"time":"2026-01-02T03:00:00Z","action":"sandbox.exec","outcome":"ok","details":{"exit_code":3},"prev_hash":"a","hash":"b"}],"next_after":8}`)
+	})
+	recs, next, err := c.AuditList(context.Background(), AuditQuery{Action: "sandbox.exec", Target: "sb-x", Since: since, After: 7, Limit: 2})
+	if err != nil || next != 8 || len(recs) != 1 || recs[0].Seq != 8 || string(recs[0].Details) != `{"exit_code":3}` {
+		t.Errorf("AuditList = %+v, %d, %v", recs, next, err)
+	}
+	if _, _, err := c.AuditList(context.Background(), AuditQuery{Limit: -1}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("negative limit: %v", err)
+	}
+}
+
+func TestAuditVerifyRequest(t *testing.T) {
+	c := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Checkpoints []AuditHead `json:"checkpoints"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil || r.Method != "POST" || r.URL.Path != "/prefix/v1/audit/verify" ||
+			len(in.Checkpoints) != 1 || in.Checkpoints[0].Seq != 3 {
+			t.Errorf("request %s %s %+v %v", r.Method, r.URL, in, err)
+		}
+		io.WriteString(w, `{"ok":false,"records":5,"first_bad_seq":3,"reason":"hash mismatch","head":{"seq":9,"hash":"h"}}`)
+	})
+	rep, err := c.AuditVerify(context.Background(), AuditHead{Seq: 3, Hash: "x"})
+	if err != nil || rep.OK || rep.Records != 5 || rep.FirstBadSeq != 3 || rep.Reason != "hash mismatch" || rep.Head.Seq != 9 {
+		t.Errorf("AuditVerify = %+v, %v", rep, err)
+	}
+}

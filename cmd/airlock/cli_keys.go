@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/client"
+)
+
+const keysUsage = `usage:
+  airlock keys create --name N --scope S... [--expires D] [--json]
+      Create an API key in your tenant (admin) and print it: it is shown
+      only once. Scopes: sandboxes:read, sandboxes:write, exec, files,
+      audit:read, templates:read, templates:write, tools:call, approvals,
+      admin. --expires takes a duration (e.g. 720h).
+  airlock keys ls [--json]
+  airlock keys revoke ID...
+`
+
+// keyJSON is the --json form of a key (the API's wire format).
+type keyJSON struct {
+	ID         string     `json:"id"`
+	Key        string     `json:"key,omitempty"`
+	Name       string     `json:"name"`
+	Scopes     []string   `json:"scopes"`
+	CreatedAt  time.Time  `json:"created_at"`
+	ExpiresAt  *time.Time `json:"expires_at"`
+	LastUsedAt *time.Time `json:"last_used_at"`
+	RevokedAt  *time.Time `json:"revoked_at"`
+}
+
+func toKeyJSON(k client.Key) keyJSON {
+	return keyJSON{ID: k.ID, Name: k.Name, Scopes: k.Scopes, CreatedAt: k.CreatedAt.UTC(),
+		ExpiresAt: optTime(k.ExpiresAt), LastUsedAt: optTime(k.LastUsedAt), RevokedAt: optTime(k.RevokedAt)}
+}
+
+func (c *cli) keysCmd(ctx context.Context, args []string) (int, error) {
+	if len(args) == 0 {
+		return 2, usagef("keys needs a subcommand: create, ls or revoke (see airlock keys -h)")
+	}
+	switch args[0] {
+	case "create", "new":
+		return c.keysCreate(ctx, args[1:])
+	case "ls", "list":
+		return c.keysList(ctx, args[1:])
+	case "revoke", "rm":
+		return c.keysRevoke(ctx, args[1:])
+	case "-h", "--help", "help":
+		fmt.Fprint(c.stdout, keysUsage)
+		return 0, errHelp
+	}
+	return 2, usagef("unknown keys subcommand %q; want create, ls or revoke", args[0])
+}
+
+func (c *cli) keysCreate(ctx context.Context, args []string) (int, error) {
+	fs := c.flags("keys create", keysUsage)
+	var scopes listFlag
+	name := fs.String("name", "", "what the key is for (required)")
+	fs.Var(&scopes, "scope", "a `scope` the key grants (repeatable, or comma-separated)")
+	var expires durationFlag
+	fs.Var(&expires, "expires", "expire the key after this `duration` (default: never)")
+	asJSON := fs.Bool("json", false, "print the key as JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return c.parseFailed(err)
+	}
+	switch {
+	case len(pos) != 0:
+		return 2, usagef("keys create takes no arguments, got %q", pos[0])
+	case strings.TrimSpace(*name) == "":
+		return 2, usagef("--name is required")
+	case len(scopes) == 0:
+		return 2, usagef("at least one --scope is required (e.g. --scope sandboxes:read --scope exec)")
+	}
+	cl, err := c.client()
+	if err != nil {
+		return 2, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	k, err := cl.CreateKey(ctx, client.CreateKeyRequest{Name: *name, Scopes: scopes, ExpiresIn: time.Duration(expires)})
+	if err != nil {
+		return fail(err)
+	}
+	if *asJSON {
+		out := toKeyJSON(k.Key)
+		out.Key = k.Secret
+		return fail(c.printJSON(out))
+	}
+	// The key alone on stdout, for KEY=$(airlock keys create ...).
+	fmt.Fprintf(c.stderr, "Created key %s (%s) with scopes %s. It is shown only once:\n",
+		k.ID, k.Name, strings.Join(k.Scopes, ", "))
+	_, err = fmt.Fprintln(c.stdout, k.Secret)
+	return fail(err)
+}
+
+func (c *cli) keysList(ctx context.Context, args []string) (int, error) {
+	fs := c.flags("keys ls", keysUsage)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return c.parseFailed(err)
+	}
+	if len(pos) != 0 {
+		return 2, usagef("keys ls takes no arguments, got %q", pos[0])
+	}
+	cl, err := c.client()
+	if err != nil {
+		return 2, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	keys, err := cl.ListKeys(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	if *asJSON {
+		out := make([]keyJSON, 0, len(keys))
+		for _, k := range keys {
+			out = append(out, toKeyJSON(k))
+		}
+		return fail(c.printJSON(out))
+	}
+	now := time.Now()
+	rows := make([][]string, 0, len(keys))
+	for _, k := range keys {
+		status := "active"
+		switch {
+		case !k.RevokedAt.IsZero():
+			status = "revoked"
+		case !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt):
+			status = "expired"
+		}
+		rows = append(rows, []string{k.ID, dash(k.Name), strings.Join(k.Scopes, ","), status,
+			formatTime(k.CreatedAt), formatTime(k.ExpiresAt), formatTime(k.LastUsedAt)})
+	}
+	return fail(c.table([]string{"ID", "NAME", "SCOPES", "STATUS", "CREATED", "EXPIRES", "LAST USED"}, rows))
+}
+
+func (c *cli) keysRevoke(ctx context.Context, args []string) (int, error) {
+	fs := c.flags("keys revoke", keysUsage)
+	pos, err := parse(fs, args)
+	if err != nil {
+		return c.parseFailed(err)
+	}
+	if len(pos) == 0 {
+		return 2, usagef("usage: airlock keys revoke ID...")
+	}
+	cl, err := c.client()
+	if err != nil {
+		return 2, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	failed := 0
+	for _, id := range pos {
+		if err := cl.RevokeKey(ctx, id); err != nil {
+			failed++
+			fmt.Fprintf(c.stderr, "airlock: %s: %v\n", id, friendly(err))
+			continue
+		}
+		fmt.Fprintln(c.stdout, id)
+	}
+	if failed > 0 {
+		return 1, &cliError{msg: fmt.Sprintf("%d of %d keys were not revoked", failed, len(pos))}
+	}
+	return 0, nil
+}

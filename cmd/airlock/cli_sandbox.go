@@ -1,0 +1,353 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/client"
+)
+
+const sandboxUsage = `usage:
+  airlock sandbox create [-t TEMPLATE] [--timeout D] [--memory MB] [--cpus N] [--pids N]
+                         [--disk MB] [-e K=V]... [-m K=V]... [--json]
+      Create a sandbox and print its ID (or the sandbox as JSON).
+  airlock sandbox ls [--state S]... [-m K=V]... [--json]
+      List your sandboxes (stopped ones stay listed for a short while).
+  airlock sandbox get ID [--json]
+  airlock sandbox rm ID...
+  airlock sandbox extend ID DURATION [--json]
+      Make the sandbox expire DURATION (e.g. 30m) from now.
+`
+
+// sandboxJSON is the --json form of a sandbox: the API's wire format.
+type sandboxJSON struct {
+	ID             string            `json:"id"`
+	State          string            `json:"state"`
+	Template       string            `json:"template"`
+	Limits         client.Limits     `json:"limits"`
+	Metadata       map[string]string `json:"metadata"`
+	CreatedAt      time.Time         `json:"created_at"`
+	ExpiresAt      time.Time         `json:"expires_at"`
+	MaxExpiresAt   time.Time         `json:"max_expires_at"`
+	IdleTimeoutS   int64             `json:"idle_timeout_s,omitempty"`
+	LastActivityAt time.Time         `json:"last_activity_at"`
+	StoppedAt      *time.Time        `json:"stopped_at,omitempty"`
+	Error          string            `json:"error,omitempty"`
+}
+
+func toSandboxJSON(sb *client.Sandbox) sandboxJSON {
+	md := sb.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
+	return sandboxJSON{
+		ID:             sb.ID,
+		State:          string(sb.State),
+		Template:       sb.Template,
+		Limits:         sb.Limits,
+		Metadata:       md,
+		CreatedAt:      sb.CreatedAt.UTC(),
+		ExpiresAt:      sb.ExpiresAt.UTC(),
+		MaxExpiresAt:   sb.MaxExpiresAt.UTC(),
+		IdleTimeoutS:   int64(sb.IdleTimeout / time.Second),
+		LastActivityAt: sb.LastActivityAt.UTC(),
+		StoppedAt:      optTime(sb.StoppedAt),
+		Error:          sb.Error,
+	}
+}
+
+// sandboxCmd runs `airlock sandbox SUBCOMMAND`.
+func (c *cli) sandboxCmd(ctx context.Context, args []string) (int, error) {
+	if len(args) == 0 {
+		return 2, usagef("sandbox needs a subcommand: create, ls, get, rm or extend (see airlock sandbox -h)")
+	}
+	switch args[0] {
+	case "create", "new":
+		return c.sandboxCreate(ctx, args[1:])
+	case "ls", "list":
+		return c.sandboxList(ctx, args[1:])
+	case "get", "inspect":
+		return c.sandboxGet(ctx, args[1:])
+	case "rm", "delete":
+		return c.sandboxRemove(ctx, args[1:])
+	case "extend", "timeout":
+		return c.sandboxExtend(ctx, args[1:])
+	case "-h", "--help", "help":
+		fmt.Fprint(c.stdout, sandboxUsage)
+		return 0, errHelp
+	}
+	return 2, usagef("unknown sandbox subcommand %q; want create, ls, get, rm or extend", args[0])
+}
+
+// createFlags are the flags that shape a new sandbox (create and run).
+type createFlags struct {
+	template string
+	timeout  durationFlag
+	memoryMB int64
+	cpus     float64
+	pids     int64
+	diskMB   int64
+	env      kvFlag
+	meta     kvFlag
+}
+
+// register adds the flags to fs; withEnv adds -e (run has its own).
+func (f *createFlags) register(fs *flag.FlagSet, withEnv bool) {
+	f.env, f.meta = kvFlag{}, kvFlag{}
+	fs.StringVar(&f.template, "t", "", "`template` (the server's default if empty)")
+	fs.StringVar(&f.template, "template", "", "same as -t")
+	fs.Int64Var(&f.memoryMB, "memory", 0, "memory limit in `MB`")
+	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit (`N` cores, may be fractional)")
+	fs.Int64Var(&f.pids, "pids", 0, "process limit")
+	fs.Int64Var(&f.diskMB, "disk", 0, "disk limit in `MB`")
+	fs.Var(f.meta, "m", "metadata `K=V` (repeatable)")
+	fs.Var(f.meta, "metadata", "same as -m")
+	if withEnv {
+		fs.Var(&f.timeout, "timeout", "how long the sandbox lives (e.g. 10m; the server's default if unset)")
+		fs.Var(f.env, "e", "environment `K=V` for every command (repeatable)")
+		fs.Var(f.env, "env", "same as -e")
+	}
+}
+
+// request is the create request the flags describe.
+func (f *createFlags) request() (client.CreateSandboxRequest, error) {
+	if f.memoryMB < 0 || f.cpus < 0 || f.pids < 0 || f.diskMB < 0 {
+		return client.CreateSandboxRequest{}, usagef("limits must not be negative")
+	}
+	req := client.CreateSandboxRequest{
+		Template: f.template,
+		Timeout:  time.Duration(f.timeout),
+		Env:      f.env.orNil(),
+		Metadata: f.meta.orNil(),
+	}
+	if f.memoryMB > 0 || f.cpus > 0 || f.pids > 0 || f.diskMB > 0 {
+		req.Limits = &client.Limits{CPUs: f.cpus, MemoryMB: f.memoryMB, Pids: f.pids, DiskMB: f.diskMB}
+	}
+	return req, nil
+}
+
+func (c *cli) sandboxCreate(ctx context.Context, args []string) (int, error) {
+	fs := c.flags("sandbox create", sandboxUsage)
+	var cf createFlags
+	cf.register(fs, true)
+	asJSON := fs.Bool("json", false, "print the sandbox as JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return c.parseFailed(err)
+	}
+	if len(pos) != 0 {
+		return 2, usagef("sandbox create takes no arguments, got %q", pos[0])
+	}
+	req, err := cf.request()
+	if err != nil {
+		return 2, err
+	}
+	cl, err := c.client()
+	if err != nil {
+		return 2, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	sb, err := cl.CreateSandbox(ctx, req)
+	if err != nil {
+		return fail(err)
+	}
+	if *asJSON {
+		return fail(c.printJSON(toSandboxJSON(sb)))
+	}
+	_, err = fmt.Fprintln(c.stdout, sb.ID)
+	return fail(err)
+}
+
+func (c *cli) sandboxList(ctx context.Context, args []string) (int, error) {
+	fs := c.flags("sandbox ls", sandboxUsage)
+	var states listFlag
+	meta := kvFlag{}
+	fs.Var(&states, "state", "keep sandboxes in this `state` (repeatable: running, stopped, failed, ...)")
+	fs.Var(meta, "m", "keep sandboxes with metadata `K=V` (repeatable)")
+	fs.Var(meta, "metadata", "same as -m")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return c.parseFailed(err)
+	}
+	if len(pos) != 0 {
+		return 2, usagef("sandbox ls takes no arguments, got %q", pos[0])
+	}
+	cl, err := c.client()
+	if err != nil {
+		return 2, err
+	}
+	opts := client.ListOptions{Metadata: meta.orNil()}
+	for _, s := range states {
+		opts.States = append(opts.States, client.State(s))
+	}
+	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	sbs, err := cl.ListSandboxes(ctx, opts)
+	if err != nil {
+		return fail(err)
+	}
+	if *asJSON {
+		out := make([]sandboxJSON, 0, len(sbs))
+		for i := range sbs {
+			out = append(out, toSandboxJSON(&sbs[i]))
+		}
+		return fail(c.printJSON(out))
+	}
+	rows := make([][]string, 0, len(sbs))
+	for _, sb := range sbs {
+		rows = append(rows, []string{sb.ID, string(sb.State), sb.Template, formatTime(sb.CreatedAt),
+			expiresIn(sb), formatMeta(sb.Metadata)})
+	}
+	return fail(c.table([]string{"ID", "STATE", "TEMPLATE", "CREATED", "EXPIRES", "METADATA"}, rows))
+}
+
+// expiresIn says when a sandbox expires, relative to now.
+func expiresIn(sb client.Sandbox) string {
+	if sb.State == client.StateStopped {
+		return "-"
+	}
+	d := time.Until(sb.ExpiresAt).Round(time.Second)
+	if d <= 0 {
+		return "now"
+	}
+	return "in " + d.String()
+}
+
+// formatMeta shows metadata as k=v pairs, sorted.
+func formatMeta(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	return kvFlag(m).String()
+}
+
+func (c *cli) sandboxGet(ctx context.Context, args []string) (int, error) {
+	fs := c.flags("sandbox get", sandboxUsage)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return c.parseFailed(err)
+	}
+	if len(pos) != 1 {
+		return 2, usagef("usage: airlock sandbox get ID [--json]")
+	}
+	cl, err := c.client()
+	if err != nil {
+		return 2, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	sb, err := cl.GetSandbox(ctx, pos[0])
+	if err != nil {
+		return fail(err)
+	}
+	if *asJSON {
+		return fail(c.printJSON(toSandboxJSON(sb)))
+	}
+	return fail(c.describe(sb))
+}
+
+// describe prints one sandbox as "field: value" lines.
+func (c *cli) describe(sb *client.Sandbox) error {
+	lim := sb.Limits
+	lines := [][2]string{
+		{"ID", sb.ID},
+		{"State", string(sb.State)},
+		{"Template", sb.Template},
+		{"Limits", fmt.Sprintf("cpus=%g memory=%dMB pids=%d disk=%dMB", lim.CPUs, lim.MemoryMB, lim.Pids, lim.DiskMB)},
+		{"Created", formatTime(sb.CreatedAt)},
+		{"Expires", formatTime(sb.ExpiresAt) + " (" + expiresIn(*sb) + ")"},
+		{"Max expiry", formatTime(sb.MaxExpiresAt)},
+		{"Last activity", formatTime(sb.LastActivityAt)},
+	}
+	if sb.IdleTimeout > 0 {
+		lines = append(lines, [2]string{"Idle timeout", sb.IdleTimeout.String()})
+	}
+	if !sb.StoppedAt.IsZero() {
+		lines = append(lines, [2]string{"Stopped", formatTime(sb.StoppedAt)})
+	}
+	if sb.Error != "" {
+		lines = append(lines, [2]string{"Error", sb.Error})
+	}
+	keys := make([]string, 0, len(sb.Metadata))
+	for k := range sb.Metadata {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		lines = append(lines, [2]string{"Metadata " + k, sb.Metadata[k]})
+	}
+	var b strings.Builder
+	for _, l := range lines {
+		fmt.Fprintf(&b, "%-14s %s\n", l[0]+":", l[1])
+	}
+	_, err := fmt.Fprint(c.stdout, b.String())
+	return err
+}
+
+func (c *cli) sandboxRemove(ctx context.Context, args []string) (int, error) {
+	fs := c.flags("sandbox rm", sandboxUsage)
+	pos, err := parse(fs, args)
+	if err != nil {
+		return c.parseFailed(err)
+	}
+	if len(pos) == 0 {
+		return 2, usagef("usage: airlock sandbox rm ID...")
+	}
+	cl, err := c.client()
+	if err != nil {
+		return 2, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	failed := 0
+	for _, id := range pos {
+		if err := cl.DeleteSandbox(ctx, id); err != nil {
+			failed++
+			fmt.Fprintf(c.stderr, "airlock: %s: %v\n", id, friendly(err))
+			continue
+		}
+		fmt.Fprintln(c.stdout, id)
+	}
+	if failed > 0 {
+		return 1, &cliError{msg: fmt.Sprintf("%d of %d sandboxes were not removed", failed, len(pos))}
+	}
+	return 0, nil
+}
+
+func (c *cli) sandboxExtend(ctx context.Context, args []string) (int, error) {
+	fs := c.flags("sandbox extend", sandboxUsage)
+	asJSON := fs.Bool("json", false, "print the sandbox as JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return c.parseFailed(err)
+	}
+	if len(pos) != 2 {
+		return 2, usagef("usage: airlock sandbox extend ID DURATION (e.g. 30m)")
+	}
+	d, err := parseDuration(pos[1])
+	if err != nil || d <= 0 {
+		return 2, usagef("bad duration %q: want e.g. 90s, 30m or 2h", pos[1])
+	}
+	cl, err := c.client()
+	if err != nil {
+		return 2, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	sb, err := cl.SetTimeout(ctx, pos[0], d)
+	if err != nil {
+		return fail(err)
+	}
+	if *asJSON {
+		return fail(c.printJSON(toSandboxJSON(sb)))
+	}
+	_, err = fmt.Fprintf(c.stdout, "%s expires at %s\n", sb.ID, formatTime(sb.ExpiresAt))
+	return fail(err)
+}

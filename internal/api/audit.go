@@ -1,0 +1,179 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/store"
+)
+
+// AuditLog reads and verifies the audit log for GET /v1/audit and
+// POST /v1/audit/verify. *audit.Log satisfies it.
+type AuditLog interface {
+	// List returns the records q selects in ascending Seq order.
+	List(ctx context.Context, q audit.Query) ([]audit.Record, error)
+	// Verify checks the whole chain against the given checkpoints.
+	Verify(ctx context.Context, checkpoints ...store.AuditHead) (audit.Report, error)
+}
+
+// Caps on audit requests.
+const (
+	// maxCheckpoints caps the checkpoints of one verify request.
+	maxCheckpoints = 64
+	// maxAuditSeq caps seq values (the store refuses larger ones).
+	maxAuditSeq = 1 << 62
+)
+
+// hexHash is a lowercase hex SHA-256 digest, as the audit chain uses.
+var hexHash = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// auditListResponse is the body of GET /v1/audit. NextAfter is the after
+// value of the next page, 0 when this page is the last.
+type auditListResponse struct {
+	Records   []audit.Record `json:"records"`
+	NextAfter uint64         `json:"next_after"`
+}
+
+// auditHeadJSON is the wire form of a chain anchor.
+type auditHeadJSON struct {
+	Seq  uint64 `json:"seq"`
+	Hash string `json:"hash"`
+}
+
+// verifyRequest is the optional body of POST /v1/audit/verify:
+// anchors saved earlier (off the host) that the chain must still match.
+type verifyRequest struct {
+	Checkpoints []auditHeadJSON `json:"checkpoints"`
+}
+
+// verifyResponse is the body of POST /v1/audit/verify.
+type verifyResponse struct {
+	OK bool `json:"ok"`
+	// Records counts the records whose hashes were checked.
+	Records uint64 `json:"records"`
+	// FirstBadSeq is the first bad record, 0 when OK.
+	FirstBadSeq uint64 `json:"first_bad_seq"`
+	// Reason says what is wrong with FirstBadSeq.
+	Reason string        `json:"reason,omitempty"`
+	Head   auditHeadJSON `json:"head"`
+}
+
+// auditNotServed is the answer of the audit routes without Config.AuditLog.
+func auditNotServed() error {
+	return &apiError{status: http.StatusNotImplemented, code: CodeNotSupported, msg: "this server does not serve the audit log"}
+}
+
+// parseAuditQuery parses the query of GET /v1/audit for tenant: action,
+// target, since and until (RFC 3339), after (a seq) and limit (1 to
+// store.MaxListLimit, default store.DefaultListLimit).
+func parseAuditQuery(raw, tenant string) (audit.Query, error) {
+	q := audit.Query{TenantID: tenant, Limit: store.DefaultListLimit}
+	v, err := parseQuery(raw, "action", "target", "since", "until", "after", "limit")
+	if err != nil {
+		return q, err
+	}
+	q.Action, q.Target = v.Get("action"), v.Get("target")
+	for _, f := range []struct {
+		name string
+		dst  *time.Time
+	}{{"since", &q.Since}, {"until", &q.Until}} {
+		s := v.Get(f.name)
+		if s == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return q, invalidf("%s must be an RFC 3339 time such as 2026-01-02T15:04:05Z", f.name)
+		}
+		*f.dst = t.UTC()
+	}
+	if s := v.Get("after"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil || n > maxAuditSeq {
+			return q, invalidf("after must be a record seq from 0 to %d", uint64(maxAuditSeq))
+		}
+		q.AfterSeq = n
+	}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > store.MaxListLimit {
+			return q, invalidf("limit must be an integer from 1 to %d", store.MaxListLimit)
+		}
+		q.Limit = n
+	}
+	if err := q.Validate(); err != nil {
+		return q, invalidf("%s", stripClass(err.Error(), errdefs.ErrInvalidArgument))
+	}
+	return q, nil
+}
+
+// listAudit serves GET /v1/audit: the caller's tenant's records only,
+// whatever its scopes.
+func (h *Handler) listAudit(c *call) error {
+	if h.auditLog == nil {
+		return auditNotServed()
+	}
+	q, err := parseAuditQuery(c.r.URL.RawQuery, c.p.TenantID)
+	if err != nil {
+		return err
+	}
+	recs, err := h.auditLog.List(c.r.Context(), q)
+	if err != nil {
+		return err
+	}
+	out := auditListResponse{Records: recs}
+	if out.Records == nil {
+		out.Records = []audit.Record{}
+	}
+	if len(recs) == q.Limit {
+		out.NextAfter = recs[len(recs)-1].Seq
+	}
+	return c.json(http.StatusOK, out)
+}
+
+// verifyAudit serves POST /v1/audit/verify. The chain is shared by every
+// tenant, so the report covers all records; it reveals counts and hashes,
+// never another tenant's records.
+func (h *Handler) verifyAudit(c *call) error {
+	if h.auditLog == nil {
+		return auditNotServed()
+	}
+	var req verifyRequest
+	if err := c.decodeJSON(&req, true); err != nil {
+		return err
+	}
+	if len(req.Checkpoints) > maxCheckpoints {
+		return invalidf("at most %d checkpoints", maxCheckpoints)
+	}
+	cps := make([]store.AuditHead, 0, len(req.Checkpoints))
+	for _, cp := range req.Checkpoints {
+		if cp.Seq < 1 || cp.Seq > maxAuditSeq || !hexHash.MatchString(cp.Hash) {
+			return invalidf("a checkpoint needs a seq of at least 1 and a hash of 64 lowercase hex digits")
+		}
+		cps = append(cps, store.AuditHead{Seq: cp.Seq, Hash: cp.Hash})
+	}
+	rep, err := h.auditLog.Verify(c.r.Context(), cps...)
+	if err != nil {
+		return err
+	}
+	out := verifyResponse{
+		OK:          rep.OK,
+		Records:     rep.Checked,
+		FirstBadSeq: rep.BadSeq,
+		Reason:      clean(rep.Problem),
+		Head:        auditHeadJSON{Seq: rep.Head.Seq, Hash: rep.Head.Hash},
+	}
+	c.ev.Details = map[string]any{"ok": rep.OK, "records": rep.Checked, "checkpoints": len(cps)}
+	if !rep.OK {
+		c.ev.Details["first_bad_seq"] = rep.BadSeq
+	}
+	if err := c.commit(); err != nil {
+		return err
+	}
+	return c.json(http.StatusOK, out)
+}

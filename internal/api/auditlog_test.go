@@ -1,0 +1,230 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/auth"
+)
+
+func TestAuditList(t *testing.T) {
+	ctx := context.Background()
+	e := newRealEnv(t)
+	a, b := e.client(e.adminA), e.client(e.adminB)
+	start := time.Now().Add(-time.Second)
+	sb, err := a.CreateSandbox(ctx, client.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Exec(ctx, sb.ID, client.ExecRequest{Command: "exit 3"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.WriteFile(ctx, sb.ID, "f.txt", strings.NewReader("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	sbB, err := b.CreateSandbox(ctx, client.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	recs, next, err := a.AuditList(ctx, client.AuditQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var actions []string
+	for _, r := range recs {
+		actions = append(actions, r.Action)
+		if r.TenantID != tenantA || r.Target == sbB.ID {
+			t.Errorf("tenant A sees %+v", r)
+		}
+		if len(r.Hash) != 64 || len(r.PrevHash) != 64 || r.Seq == 0 || r.Time.Before(start) {
+			t.Errorf("malformed record %+v", r)
+		}
+	}
+	want := "sandbox.create sandbox.exec file.write sandbox.delete"
+	if got := strings.Join(actions, " "); got != want || next != 0 {
+		t.Errorf("tenant A's actions %q (next %d), want %q (next 0)", got, next, want)
+	}
+	if len(recs) == 4 && !strings.Contains(string(recs[1].Details), `"exit_code":3`) {
+		t.Errorf("exec details %s", recs[1].Details)
+	}
+	// Tenant B, admin too, sees only its own.
+	recsB, _, err := b.AuditList(ctx, client.AuditQuery{})
+	if err != nil || len(recsB) != 1 || recsB[0].Target != sbB.ID {
+		t.Errorf("tenant B's records: %+v, %v", recsB, err)
+	}
+
+	// Filters.
+	tests := []struct {
+		name string
+		q    client.AuditQuery
+		want int
+	}{
+		{"action", client.AuditQuery{Action: "sandbox.exec"}, 1},
+		{"target", client.AuditQuery{Target: sb.ID}, 4},
+		{"other target", client.AuditQuery{Target: sbB.ID}, 0},
+		{"since future", client.AuditQuery{Since: time.Now().Add(time.Hour)}, 0},
+		{"until past", client.AuditQuery{Until: start}, 0},
+		{"window", client.AuditQuery{Since: start, Until: time.Now().Add(time.Minute)}, 4},
+		{"after", client.AuditQuery{After: recs[1].Seq}, 2},
+	}
+	for _, tt := range tests {
+		got, _, err := a.AuditList(ctx, tt.q)
+		if err != nil || len(got) != tt.want {
+			t.Errorf("%s: %d records (%v), want %d", tt.name, len(got), err, tt.want)
+		}
+	}
+	// Paging one record at a time walks all of them in order.
+	var paged []uint64
+	q := client.AuditQuery{Limit: 1}
+	for range 10 {
+		page, next, err := a.AuditList(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range page {
+			paged = append(paged, r.Seq)
+		}
+		if next == 0 {
+			break
+		}
+		q.After = next
+	}
+	if len(paged) != 4 || paged[0] != recs[0].Seq || paged[3] != recs[3].Seq {
+		t.Errorf("paged seqs %v, want those of %d records", paged, len(recs))
+	}
+
+	// A key with audit:read only may read; without it, not.
+	if _, _, err := e.client(e.key(tenantA, auth.ScopeAuditRead)).AuditList(ctx, client.AuditQuery{}); err != nil {
+		t.Errorf("audit:read key: %v", err)
+	}
+	if _, _, err := e.client(e.key(tenantA, auth.ScopeSandboxesRead)).AuditList(ctx, client.AuditQuery{}); !errors.Is(err, client.ErrForbidden) {
+		t.Errorf("key without audit:read: %v", err)
+	}
+}
+
+func TestAuditListBadQuery(t *testing.T) {
+	e := newRealEnv(t)
+	for _, q := range []string{
+		"limit=0", "limit=1001", "limit=x", "since=yesterday", "until=2026-13-01T00:00:00Z",
+		"after=-1", "after=99999999999999999999", "nope=1", "action=a&action=b",
+		"since=2026-01-02T00:00:00Z&until=2026-01-01T00:00:00Z", "action=" + url.QueryEscape("a\x00b"),
+		"target=" + strings.Repeat("x", 2000),
+	} {
+		resp, body := e.do("GET", "/v1/audit?"+q, e.adminA)
+		if resp != 400 || !strings.Contains(body, CodeInvalidArgument) {
+			t.Errorf("GET /v1/audit?%s = %d %s, want 400", q, resp, body)
+		}
+	}
+}
+
+// do sends a raw request and returns the status and body.
+func (e *realEnv) do(method, path, token string) (int, string) {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.srv.URL+path, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+func TestAuditVerify(t *testing.T) {
+	ctx := context.Background()
+	e := newRealEnv(t)
+	a := e.client(e.adminA)
+	for range 3 {
+		if _, err := a.CreateSandbox(ctx, client.CreateSandboxRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := a.AuditVerify(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK || rep.Records != 3 || rep.Head.Seq != 3 || len(rep.Head.Hash) != 64 || rep.FirstBadSeq != 0 {
+		t.Errorf("report %+v, want ok over 3 records", rep)
+	}
+	// The verification itself is audited.
+	recs, _, err := a.AuditList(ctx, client.AuditQuery{Action: ActionAuditVerify})
+	if err != nil || len(recs) != 1 || recs[0].Outcome != "ok" {
+		t.Errorf("audit.verify records: %+v, %v", recs, err)
+	}
+	// The saved head still matches; a forged one does not.
+	rep2, err := a.AuditVerify(ctx, rep.Head)
+	if err != nil || !rep2.OK || rep2.Records != 4 {
+		t.Errorf("verify with the saved head: %+v, %v", rep2, err)
+	}
+	forged := client.AuditHead{Seq: 2, Hash: strings.Repeat("ab", 32)}
+	rep3, err := a.AuditVerify(ctx, forged)
+	if err != nil || rep3.OK || rep3.FirstBadSeq != 2 || rep3.Reason == "" {
+		t.Errorf("verify with a forged checkpoint: %+v, %v", rep3, err)
+	}
+	// Bad checkpoints are refused.
+	for _, cp := range []client.AuditHead{{Seq: 0, Hash: rep.Head.Hash}, {Seq: 1, Hash: "ABC"}} {
+		if _, err := a.AuditVerify(ctx, cp); !errors.Is(err, client.ErrInvalid) {
+			t.Errorf("checkpoint %+v: %v", cp, err)
+		}
+	}
+	// Admin only.
+	if _, err := e.client(e.key(tenantA, auth.ScopeAuditRead)).AuditVerify(ctx); !errors.Is(err, client.ErrForbidden) {
+		t.Errorf("verify without admin: %v", err)
+	}
+}
+
+func TestAuditNotServed(t *testing.T) {
+	ctx := context.Background()
+	e := newTestEnv(t)
+	c := e.client(keyB) // admin of tenant B
+	if _, _, err := c.AuditList(ctx, client.AuditQuery{}); !errors.Is(err, client.ErrNotSupported) {
+		t.Errorf("list without an audit log: %v", err)
+	}
+	if _, err := c.AuditVerify(ctx); !errors.Is(err, client.ErrNotSupported) {
+		t.Errorf("verify without an audit log: %v", err)
+	}
+	if _, err := c.ListKeys(ctx); !errors.Is(err, client.ErrNotSupported) {
+		t.Errorf("keys without a key manager: %v", err)
+	}
+}
+
+// FuzzAuditQuery checks the parser of GET /v1/audit queries: whatever it
+// accepts keeps the caller's tenant and is a query the store takes.
+func FuzzAuditQuery(f *testing.F) {
+	for _, s := range []string{
+		"", "action=sandbox.exec&target=sb-x&limit=5", "since=2026-01-02T00:00:00Z&until=2026-01-03T00:00:00.5%2B01:00",
+		"after=18446744073709551615", "limit=1000", "limit=1001", "tenant=other", "action=%00", "since=0001-01-01T00:00:00Z",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		q, err := parseAuditQuery(s, tenantA)
+		if err != nil {
+			return
+		}
+		if q.TenantID != tenantA || q.Limit < 1 || q.Limit > 1000 || q.AfterSeq > maxAuditSeq {
+			t.Fatalf("accepted %q as %+v", s, q)
+		}
+		if err := q.Validate(); err != nil {
+			t.Fatalf("accepted %q, which the store refuses: %v", s, err)
+		}
+	})
+}
