@@ -78,3 +78,20 @@ func TestLoadConfigErrors(t *testing.T) {
 		t.Errorf("--help: %v", err)
 	}
 }
+
+func TestLockFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "daemon.lock")
+	unlock, err := lockFile(path, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lockFile(path, "test"); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "another airlock daemon") {
+		t.Fatalf("second lock: %v", err)
+	}
+	unlock()
+	unlock2, err := lockFile(path, "test")
+	if err != nil {
+		t.Fatalf("lock after unlock: %v", err)
+	}
+	unlock2()
+}

@@ -80,9 +80,16 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		return fmt.Errorf("data dir: %w", err)
 	}
 
-	// One daemon per data directory: a second one would adopt, and
-	// destroy, the first one's sandboxes.
-	unlock, err := lockDataDir(cfg.DataDir)
+	// One daemon per host: daemons share the cgroup parent and the uid
+	// ranges, so a second one (even on another data dir) would purge the
+	// first one's sandboxes as orphans and hand out the same host uids.
+	unlockHost, err := lockFile(hostLockPath, "host")
+	if err != nil {
+		return err
+	}
+	defer unlockHost()
+	// And one per data directory, whatever the host lock's fate.
+	unlock, err := lockFile(filepath.Join(cfg.DataDir, lockFileName), cfg.DataDir)
 	if err != nil {
 		return err
 	}
@@ -232,23 +239,29 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	return nil
 }
 
-// lockFile is the data directory's lock, held while a daemon runs.
-const lockFile = "daemon.lock"
+// Locks held while a daemon runs. The kernel drops them when the process
+// dies, however it dies.
+const (
+	lockFileName = "daemon.lock"
+	hostLockPath = "/run/airlock/daemon.lock"
+)
 
-// lockDataDir takes an exclusive lock on the data directory, failing at
-// once if another daemon holds it. The kernel drops the lock when the
-// process dies, however it dies.
-func lockDataDir(dir string) (unlock func(), err error) {
-	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+// lockFile takes an exclusive lock on path, failing at once if another
+// daemon holds it; what names the scope in the error.
+func lockFile(path, what string) (unlock func(), err error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("lock %s: %w", what, err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("lock data dir: %w", err)
+		return nil, fmt.Errorf("lock %s: %w", what, err)
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("another airlock daemon is using %s: %w", dir, errdefs.ErrFailedPrecondition)
+			return nil, fmt.Errorf("another airlock daemon is running (it holds %s): %w", path, errdefs.ErrFailedPrecondition)
 		}
-		return nil, fmt.Errorf("lock data dir: %w", err)
+		return nil, fmt.Errorf("lock %s: %w", what, err)
 	}
 	return func() { f.Close() }, nil
 }
