@@ -152,19 +152,5 @@ func (c *cli) keysRevoke(ctx context.Context, args []string) (int, error) {
 	if err != nil {
 		return 2, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
-	defer cancel()
-	failed := 0
-	for _, id := range pos {
-		if err := cl.RevokeKey(ctx, id); err != nil {
-			failed++
-			fmt.Fprintf(c.stderr, "airlock: %s: %v\n", id, friendly(err))
-			continue
-		}
-		fmt.Fprintln(c.stdout, id)
-	}
-	if failed > 0 {
-		return 1, &cliError{msg: fmt.Sprintf("%d of %d keys were not revoked", failed, len(pos))}
-	}
-	return 0, nil
+	return c.forEachID(ctx, pos, "keys were not revoked", cl.RevokeKey)
 }

@@ -304,19 +304,26 @@ func (c *cli) sandboxRemove(ctx context.Context, args []string) (int, error) {
 	if err != nil {
 		return 2, err
 	}
+	return c.forEachID(ctx, pos, "sandboxes were not removed", cl.DeleteSandbox)
+}
+
+// forEachID applies op to every id within one control timeout, printing
+// each id done and each failure; failed says what a failure means
+// ("sandboxes were not removed").
+func (c *cli) forEachID(ctx context.Context, ids []string, failed string, op func(context.Context, string) error) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
-	failed := 0
-	for _, id := range pos {
-		if err := cl.DeleteSandbox(ctx, id); err != nil {
-			failed++
+	n := 0
+	for _, id := range ids {
+		if err := op(ctx, id); err != nil {
+			n++
 			fmt.Fprintf(c.stderr, "airlock: %s: %v\n", id, friendly(err))
 			continue
 		}
 		fmt.Fprintln(c.stdout, id)
 	}
-	if failed > 0 {
-		return 1, &cliError{msg: fmt.Sprintf("%d of %d sandboxes were not removed", failed, len(pos))}
+	if n > 0 {
+		return 1, &cliError{msg: fmt.Sprintf("%d of %d %s", n, len(ids), failed)}
 	}
 	return 0, nil
 }

@@ -98,27 +98,17 @@ const maxConfigFileBytes = 1 << 20
 // `serve`) and env (os.Environ()). It reports --help as flag.ErrHelp after
 // printing the usage to usageOut.
 func LoadConfig(args, env []string, usageOut io.Writer) (Config, error) {
-	cfg := Defaults()
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(usageOut)
-	configPath := fs.String("config", "", "JSON config file (env AIRLOCK_CONFIG)")
-	// Flags write into a second copy so that they can be applied last.
-	var fl Config
-	fs.StringVar(&fl.Listen, "listen", "", "API address (default "+cfg.Listen+"; env AIRLOCK_LISTEN)")
-	fs.StringVar(&fl.DataDir, "data-dir", "", "state directory (default "+cfg.DataDir+"; env AIRLOCK_DATA_DIR)")
-	fs.StringVar(&fl.DefaultTemplate, "default-template", "", "template of creates that name none (default host)")
-	fs.IntVar(&fl.PoolSize, "pool-size", -1, "ready sandboxes kept for the default template (default 2)")
-	fs.IntVar(&fl.MaxSandboxes, "max-sandboxes", 0, "sandboxes of all tenants together (default 500)")
-	fs.Var(&fl.DefaultTimeout, "default-timeout", "sandbox lifetime when a create gives none (default 5m)")
-	fs.Var(&fl.MaxLifetime, "max-lifetime", "longest sandbox lifetime (default 24h)")
-	fs.Float64Var(&fl.RateLimit, "rate-limit", 0, "requests per second per API key (default 1000)")
-	fs.IntVar(&fl.RateBurst, "rate-burst", 0, "request burst per API key (default 2000)")
-	fs.StringVar(&fl.LogLevel, "log-level", "", "debug, info, warn or error (default info)")
+	// The flags are parsed twice: once to find --config (and to report
+	// bad flags and --help), and once more over the file and environment
+	// settings, so that they win.
+	first := Defaults()
+	var configPath string
+	fs := newFlagSet(&first, &configPath, usageOut)
 	if err := fs.Parse(args); err != nil {
-		return cfg, err
+		return first, err
 	}
 	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("serve takes no arguments, got %q: %w", fs.Arg(0), errdefs.ErrInvalidArgument)
+		return first, fmt.Errorf("serve takes no arguments, got %q: %w", fs.Arg(0), errdefs.ErrInvalidArgument)
 	}
 	envMap := map[string]string{}
 	for _, kv := range env {
@@ -126,20 +116,41 @@ func LoadConfig(args, env []string, usageOut io.Writer) (Config, error) {
 			envMap[k] = v
 		}
 	}
-	path := *configPath
-	if path == "" {
-		path = envMap["AIRLOCK_CONFIG"]
+	if configPath == "" {
+		configPath = envMap["AIRLOCK_CONFIG"]
 	}
-	if path != "" {
-		if err := loadFile(path, &cfg); err != nil {
+	cfg := Defaults()
+	if configPath != "" {
+		if err := loadFile(configPath, &cfg); err != nil {
 			return cfg, err
 		}
 	}
 	if err := applyEnv(envMap, &cfg); err != nil {
 		return cfg, err
 	}
-	applyFlags(fs, fl, &cfg)
+	if err := newFlagSet(&cfg, new(string), io.Discard).Parse(args); err != nil {
+		return cfg, err
+	}
 	return cfg, cfg.Validate()
+}
+
+// newFlagSet returns the flags of `airlock serve`, writing into cfg and
+// configPath; the values in cfg are the defaults shown by --help.
+func newFlagSet(cfg *Config, configPath *string, usageOut io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(usageOut)
+	fs.StringVar(configPath, "config", "", "JSON config file (env AIRLOCK_CONFIG)")
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "API address (env AIRLOCK_LISTEN)")
+	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "state directory (env AIRLOCK_DATA_DIR)")
+	fs.StringVar(&cfg.DefaultTemplate, "default-template", cfg.DefaultTemplate, "template of creates that name none")
+	fs.IntVar(&cfg.PoolSize, "pool-size", cfg.PoolSize, "ready sandboxes kept for the default template")
+	fs.IntVar(&cfg.MaxSandboxes, "max-sandboxes", cfg.MaxSandboxes, "sandboxes of all tenants together")
+	fs.Var(&cfg.DefaultTimeout, "default-timeout", "sandbox lifetime when a create gives none")
+	fs.Var(&cfg.MaxLifetime, "max-lifetime", "longest sandbox lifetime")
+	fs.Float64Var(&cfg.RateLimit, "rate-limit", cfg.RateLimit, "requests per second per API key")
+	fs.IntVar(&cfg.RateBurst, "rate-burst", cfg.RateBurst, "request burst per API key")
+	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
+	return fs
 }
 
 // loadFile reads a JSON config file over cfg; unknown keys are an error.
@@ -208,33 +219,6 @@ func applyEnv(env map[string]string, cfg *Config) error {
 		}
 	}
 	return nil
-}
-
-func applyFlags(fs *flag.FlagSet, fl Config, cfg *Config) {
-	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "listen":
-			cfg.Listen = fl.Listen
-		case "data-dir":
-			cfg.DataDir = fl.DataDir
-		case "default-template":
-			cfg.DefaultTemplate = fl.DefaultTemplate
-		case "pool-size":
-			cfg.PoolSize = fl.PoolSize
-		case "max-sandboxes":
-			cfg.MaxSandboxes = fl.MaxSandboxes
-		case "default-timeout":
-			cfg.DefaultTimeout = fl.DefaultTimeout
-		case "max-lifetime":
-			cfg.MaxLifetime = fl.MaxLifetime
-		case "rate-limit":
-			cfg.RateLimit = fl.RateLimit
-		case "rate-burst":
-			cfg.RateBurst = fl.RateBurst
-		case "log-level":
-			cfg.LogLevel = fl.LogLevel
-		}
-	})
 }
 
 // Validate reports the first setting that makes no sense.
