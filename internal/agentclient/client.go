@@ -39,6 +39,7 @@ func New(dial DialFunc) *Client {
 		DialContext:     func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
 		Protocols:       &protocols,
 		IdleConnTimeout: 90 * time.Second,
+		HTTP2:           HTTP2Config(),
 	}
 	hc := &http.Client{Transport: tr}
 	// Everything crosses a local socket: gzip would only cost CPU (a
@@ -49,6 +50,19 @@ func New(dial DialFunc) *Client {
 		info:  agentv1connect.NewAgentServiceClient(hc, baseURL, noGzip),
 		proc:  agentv1connect.NewProcessServiceClient(hc, baseURL, noGzip),
 		files: agentv1connect.NewFileServiceClient(hc, baseURL, noGzip),
+	}
+}
+
+// HTTP2Config is the HTTP/2 configuration of both ends of the agent
+// socket (the agent serves with it too). The defaults are made for the internet: 16 KiB frames and small
+// flow-control windows cost a 1 MiB file hundreds of frames, system calls
+// and window updates. On a local socket large frames and windows cost
+// nothing; memory stays bounded by the per-stream window.
+func HTTP2Config() *http.HTTP2Config {
+	return &http.HTTP2Config{
+		MaxReadFrameSize:              1 << 20,
+		MaxReceiveBufferPerStream:     4 << 20,
+		MaxReceiveBufferPerConnection: 16 << 20,
 	}
 }
 

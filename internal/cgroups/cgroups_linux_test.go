@@ -6,13 +6,17 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
@@ -540,4 +544,98 @@ func freezerHier(m *Manager) mountedHier {
 		}
 	}
 	panic("no freezer hierarchy")
+}
+
+// TestStartInAgent checks that a process started with StartInAgent begins
+// life in <id>/agent and that no thread of the caller stays in the
+// sandbox's cgroups (a later Kill of the sandbox would kill it).
+func TestStartInAgent(t *testing.T) {
+	forEach(t, func(t *testing.T, m *Manager) {
+		s := create(t, m, Limits{})
+		cmd := exec.Command("sleep", "30")
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+		pid, err := s.StartInAgent(cmd.SysProcAttr, func() (int, error) {
+			if err := cmd.Start(); err != nil {
+				return 0, err
+			}
+			return cmd.Process.Pid, nil
+		})
+		if err != nil {
+			t.Fatalf("StartInAgent: %v", err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		if pid != cmd.Process.Pid {
+			t.Fatalf("pid = %d, want %d", pid, cmd.Process.Pid)
+		}
+		assertIn(t, s, "/proc/"+strconv.Itoa(pid)+"/cgroup", "agent")
+		procs, err := s.Procs()
+		if err != nil || !slices.Equal(procs, []int{pid}) {
+			t.Errorf("sandbox procs = %v, %v; want only the child %d (no thread of the caller)", procs, err, pid)
+		}
+
+		failed := errors.New("no fork")
+		if _, err := s.StartInAgent(&syscall.SysProcAttr{}, func() (int, error) { return 0, failed }); !errors.Is(err, failed) {
+			t.Errorf("StartInAgent with a failing start = %v, want its error", err)
+		}
+		if procs, _ := s.Procs(); !slices.Equal(procs, []int{pid}) {
+			t.Errorf("after a failed start, sandbox procs = %v", procs)
+		}
+	})
+}
+
+// BenchmarkMoveSelf compares moving the calling thread into a v1 cgroup
+// and back, in every hierarchy, by its id (the kernel takes the global
+// threadgroup lock, whose write side waits for an RCU grace period when no
+// migration happened recently) and by "0" (it does not).
+func BenchmarkMoveSelf(b *testing.B) {
+	m := managers(b)[V1]
+	if m == nil {
+		b.Skip("needs cgroup v1")
+	}
+	s := create(b, m, Limits{})
+	g, err := s.open()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.close()
+	a, err := g.sub("agent")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.close()
+	parent, err := m.group(m.parent)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer parent.close()
+	for _, bc := range []struct {
+		name string
+		who  func() string
+	}{
+		{"tid", func() string { return strconv.Itoa(unix.Gettid()) }},
+		{"zero", func() string { return "0" }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			// Never unlocked: the thread has been in the sandbox's
+			// cgroups and ends with this goroutine.
+			runtime.LockOSThread()
+			defer moveSelf(parent, len(parent.dirs))
+			who := bc.who()
+			for b.Loop() {
+				// Commands come seconds apart, not back to back: let
+				// the kernel's rcu_sync go idle, as it does between two
+				// commands.
+				b.StopTimer()
+				time.Sleep(20 * time.Millisecond)
+				b.StartTimer()
+				for _, dst := range []*group{a, g} {
+					for _, d := range dst.dirs {
+						if err := writeAt(d.fd, dst.tab.tasks.name, who); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			}
+		})
+	}
 }

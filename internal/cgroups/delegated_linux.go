@@ -244,7 +244,7 @@ func (e *Exec) errClosed() error {
 //     sandbox's seccomp filter refuses clone3). attr is not used.
 //   - v1: Start runs start on a new goroutine locked to its OS thread,
 //     which it moves into the exec cgroup in every hierarchy (writing the
-//     TID to "tasks") before start forks on it, and back to <id>/agent
+//     "0", the calling thread, to "tasks") before start forks on it, and back to <id>/agent
 //     after. If moving back fails the goroutine exits still locked, so Go
 //     terminates the thread; the process has started and its pid is
 //     returned with the error. start must therefore not rely on the
@@ -287,9 +287,8 @@ func (e *Exec) Start(attr *syscall.SysProcAttr, start func() (int, error)) (int,
 	ch := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
-		tid := strconv.Itoa(unix.Gettid())
-		if n, err := moveThread(e.g, tid, len(e.g.dirs)); err != nil {
-			if _, berr := moveThread(e.d.home, tid, n); berr != nil {
+		if n, err := moveSelf(e.g, len(e.g.dirs)); err != nil {
+			if _, berr := moveSelf(e.d.home, n); berr != nil {
 				ch <- result{0, errors.Join(err, berr)}
 				return // still locked: the thread ends with the goroutine
 			}
@@ -298,7 +297,7 @@ func (e *Exec) Start(attr *syscall.SysProcAttr, start func() (int, error)) (int,
 			return
 		}
 		pid, serr := start()
-		if _, berr := moveThread(e.d.home, tid, len(e.g.dirs)); berr != nil {
+		if _, berr := moveSelf(e.d.home, len(e.g.dirs)); berr != nil {
 			ch <- result{pid, errors.Join(serr, berr)}
 			return // still locked: the thread ends with the goroutine
 		}
@@ -309,11 +308,15 @@ func (e *Exec) Start(attr *syscall.SysProcAttr, start func() (int, error)) (int,
 	return r.pid, r.err
 }
 
-// moveThread writes tid to the tasks file of the first n hierarchies of g
-// and reports how many succeeded.
-func moveThread(g *group, tid string, n int) (int, error) {
+// moveSelf moves the calling thread into g in its first n hierarchies and
+// reports how many succeeded. It writes "0" (the calling thread) rather
+// than the thread's id: the kernel then skips the global
+// cgroup_threadgroup_rwsem, whose write side waits for an RCU grace period
+// (0.4 ms idle, several ms under load, per hierarchy; see
+// BenchmarkMoveSelf).
+func moveSelf(g *group, n int) (int, error) {
 	for i, d := range g.dirs[:n] {
-		if err := writeAt(d.fd, g.tab.tasks.name, tid); err != nil {
+		if err := writeAt(d.fd, g.tab.tasks.name, "0"); err != nil {
 			return i, sysErr("move thread to", g.where(d, g.tab.tasks.name), err)
 		}
 	}

@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -413,6 +415,71 @@ func (s *Sandbox) Enter(pid int) error {
 	}
 	defer g.close()
 	return g.writeAll(g.tab.procs.name, strconv.Itoa(pid))
+}
+
+// StartInAgent calls start, which must fork exactly one process and return
+// its pid, so that the process begins life in <id>/agent in every hierarchy
+// (and then, on v2, applies the deferred limits; see Create). It is
+// MoveToAgent without the migration, which on v1 costs a wait for an RCU
+// grace period per hierarchy (milliseconds under load):
+//
+//   - v1: start runs on a new goroutine locked to its OS thread; the thread
+//     moves itself into <id>/agent (writing "0" to "tasks", which skips the
+//     global lock) and forks there. The goroutine then exits still locked,
+//     so Go ends the thread instead of returning it to the daemon's pool.
+//   - v2: start forks straight into <id>/agent with clone3
+//     (CLONE_INTO_CGROUP): attr gets UseCgroupFD and CgroupFD, which stay
+//     valid until StartInAgent returns.
+func (s *Sandbox) StartInAgent(attr *syscall.SysProcAttr, start func() (int, error)) (int, error) {
+	g, err := s.open()
+	if err != nil {
+		return 0, err
+	}
+	defer g.close()
+	a, err := g.sub("agent")
+	if err != nil {
+		return 0, err
+	}
+	defer a.close()
+	var pid int
+	if s.m.l.v == V2 {
+		if attr == nil {
+			return 0, fmt.Errorf("cgroups: StartInAgent on v2 needs SysProcAttr: %w", errdefs.ErrInvalidArgument)
+		}
+		attr.UseCgroupFD, attr.CgroupFD = true, a.dirs[0].fd
+		if pid, err = start(); err != nil {
+			return pid, err
+		}
+	} else {
+		type result struct {
+			pid int
+			err error
+		}
+		parent, err := s.m.group(s.m.parent)
+		if err != nil {
+			return 0, err
+		}
+		defer parent.close()
+		ch := make(chan result, 1)
+		go func() {
+			runtime.LockOSThread()
+			// Never unlocked: the thread ends with this goroutine. It
+			// leaves the sandbox's cgroups first (for the parent, which
+			// nothing kills or freezes), so that a Kill of the sandbox
+			// can never catch a thread of the daemon.
+			var r result
+			if _, r.err = moveSelf(a, len(a.dirs)); r.err == nil {
+				r.pid, r.err = start()
+			}
+			_, _ = moveSelf(parent, len(parent.dirs))
+			ch <- r
+		}()
+		r := <-ch
+		if pid, err = r.pid, r.err; err != nil {
+			return pid, err
+		}
+	}
+	return pid, s.arm(g)
 }
 
 // MoveToAgent moves the process pid into <id>/agent in every hierarchy (and,

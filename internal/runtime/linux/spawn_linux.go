@@ -185,17 +185,23 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 			Setsid:     true,
 		},
 	}
-	if err := cmd.Start(); err != nil {
+	started := false
+	pid, err := cg.StartInAgent(cmd.SysProcAttr, func() (int, error) {
+		if err := cmd.Start(); err != nil {
+			return 0, err
+		}
+		started = true
+		return cmd.Process.Pid, nil
+	})
+	if !started {
 		cmd = nil
 		return nil, fmt.Errorf("sandbox %s: start agent: %w", spec.ID, err)
 	}
-	pid := cmd.Process.Pid
 	// Reap the agent if it exits while this daemon runs; after a restart
 	// it is no longer our child and init reaps it.
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-
-	if err := cg.MoveToAgent(pid); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
 	cfgR.Close()
