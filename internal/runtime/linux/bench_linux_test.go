@@ -5,12 +5,15 @@ import (
 	"context"
 	"crypto/rand"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/runtime/runtimetest"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/template"
 )
 
 // The benchmarks below are the figures in docs/BENCHMARKS.md. Run them
@@ -163,5 +166,81 @@ func BenchmarkIdleMemory(b *testing.B) {
 			_ = inst.Destroy(ctx)
 		}
 		b.StartTimer()
+	}
+}
+
+// BenchmarkPoolClaim is a sandbox.Manager Create served by a warm pool of
+// real sandboxes: a health ping of the pooled agent and its state file.
+// The refill and the destroy are outside the timing.
+func BenchmarkPoolClaim(b *testing.B) {
+	requireRoot(b)
+	ctx := context.Background()
+	m := poolManager(b, 2)
+	for b.Loop() {
+		b.StopTimer()
+		waitPoolFull(b, m)
+		b.StartTimer()
+		sb, err := m.Create(ctx, sandbox.Spec{})
+		b.StopTimer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Destroy(ctx, sb.ID); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
+// poolManager returns a started manager over a fresh runtime with a pool
+// of size for the host template, stopped and emptied at test end.
+func poolManager(tb testing.TB, size int) *sandbox.Manager {
+	tb.Helper()
+	rt := newRuntime(tb)
+	host, err := template.NewHost(template.HostOptions{CacheDir: filepath.Join(testBase, "templates", "host")})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	reg, err := template.NewRegistry(host)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	m, err := sandbox.New(rt, reg, sandbox.Config{
+		StateDir:      tb.TempDir(),
+		PoolSize:      map[string]int{template.HostName: size},
+		MaxConcurrent: 1000,
+	}, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := m.Start(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		for _, sb := range m.List(sandbox.Filter{}) {
+			_ = m.Destroy(ctx, sb.ID)
+		}
+		_ = m.Close(ctx)
+	})
+	return m
+}
+
+// waitPoolFull waits until every pool of m is full and idle.
+func waitPoolFull(tb testing.TB, m *sandbox.Manager) {
+	tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		full := true
+		for _, ps := range m.PoolStats() {
+			full = full && ps.Ready == ps.Size && ps.Filling == 0
+		}
+		if full {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatal("pool did not fill in 30 s")
+		}
+		time.Sleep(200 * time.Microsecond)
 	}
 }
