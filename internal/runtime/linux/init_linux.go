@@ -88,7 +88,7 @@ func agentStart() (status *os.File, log *slog.Logger, cfg initConfig, fail func(
 	}()
 	// fdConfig is read with raw system calls and never closed here: the
 	// setup stage replaces it with the copy it hands to the serve stage.
-	b, err := readAllFD(fdConfig, maxConfigBytes)
+	b, fds, err := readConfigFD(fdConfig, maxConfigBytes)
 	if err == nil {
 		err = json.Unmarshal(b, &cfg)
 	}
@@ -96,6 +96,7 @@ func agentStart() (status *os.File, log *slog.Logger, cfg initConfig, fail func(
 		fail(fmt.Errorf("read config: %w", err))
 		return status, log, cfg, fail, false
 	}
+	cfg.layerFDs = fds
 	return status, log.With("sandbox", cfg.ID), cfg, fail, true
 }
 
@@ -204,28 +205,6 @@ func serveStage() int {
 		return 1
 	}
 	return 0
-}
-
-// readAllFD reads fd to its end, at most max bytes.
-func readAllFD(fd, max int) ([]byte, error) {
-	var b []byte
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := unix.Read(fd, buf)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			return b, nil
-		}
-		if len(b)+n > max {
-			return nil, fmt.Errorf("longer than %d bytes", max)
-		}
-		b = append(b, buf[:n]...)
-	}
 }
 
 // passConfig puts cfg in a memfd at fdConfig (replacing the daemon's pipe,

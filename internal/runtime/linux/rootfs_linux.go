@@ -50,14 +50,22 @@ func setupRootfs(cfg *initConfig) error {
 	if err := seedUpper(upper); err != nil {
 		return fmt.Errorf("seed writable layer: %w", err)
 	}
-	lowers := slices.Clone(cfg.Rootfs.Layers)
+	lowers, err := attachLayers(cfg, mnt)
+	if err != nil {
+		return err
+	}
 	slices.Reverse(lowers) // overlayfs lists the top layer first
 	for _, l := range lowers {
 		if strings.ContainsAny(l, ":,\\") {
 			return fmt.Errorf("layer path contains a character overlayfs cannot take")
 		}
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", strings.Join(lowers, ":"), upper, work)
+	// Paths relative to mnt keep the options short: they must fit in a
+	// page whatever the number of layers.
+	if err := unix.Chdir(mnt); err != nil {
+		return err
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=upper,workdir=work,userxattr", strings.Join(lowers, ":"))
 	if err := unix.Mount("overlay", root, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("overlay: %w", err)
 	}
@@ -85,6 +93,45 @@ func setupRootfs(cfg *initConfig) error {
 		return err
 	}
 	return pivotInto(root)
+}
+
+// attachLayers returns the overlay lower directories, lowest first. With
+// id-mapped layers (see idmapLayers) it first attaches each mount the
+// daemon passed at mnt/l/<i>, in the sandbox's mount namespace, where
+// overlayfs accepts it; the paths it returns are then relative to mnt.
+// The attached mounts vanish with the old root at pivot_root.
+func attachLayers(cfg *initConfig, mnt string) ([]string, error) {
+	fds := cfg.layerFDs
+	cfg.layerFDs = nil
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	if !cfg.IDMappedLayers {
+		if len(fds) != 0 {
+			return nil, fmt.Errorf("unexpected layer mounts")
+		}
+		return slices.Clone(cfg.Rootfs.Layers), nil
+	}
+	if len(fds) != len(cfg.Rootfs.Layers) {
+		return nil, fmt.Errorf("%d layer mounts for %d layers", len(fds), len(cfg.Rootfs.Layers))
+	}
+	if err := os.Mkdir(filepath.Join(mnt, "l"), 0o700); err != nil {
+		return nil, err
+	}
+	lowers := make([]string, len(fds))
+	for i, fd := range fds {
+		rel := "l/" + strconv.Itoa(i)
+		if err := os.Mkdir(filepath.Join(mnt, rel), 0o700); err != nil {
+			return nil, err
+		}
+		if err := unix.MoveMount(fd, "", unix.AT_FDCWD, filepath.Join(mnt, rel), unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return nil, fmt.Errorf("attach layer %d: %w", i, err)
+		}
+		lowers[i] = rel
+	}
+	return lowers, nil
 }
 
 // seedUpper creates the writable directories every sandbox starts with,

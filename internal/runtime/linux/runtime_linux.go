@@ -103,6 +103,8 @@ type Runtime struct {
 	cg  *cgroups.Manager
 	bin string // host path of the agent binary bound into sandboxes
 
+	warnNoIDMap sync.Once
+
 	mu    sync.Mutex
 	slots map[int]string // uid slot → sandbox id
 	live  map[string]*Instance
@@ -272,12 +274,19 @@ func (r *Runtime) fillLimits(l runtime.Limits) (runtime.Limits, error) {
 	return l, nil
 }
 
+// maxLayers caps the read-only layers of a rootfs: Docker's own limit is
+// 127, and the layers' descriptors must fit in one SCM_RIGHTS message.
+const maxLayers = 128
+
 func validateSpec(spec *runtime.Spec) error {
 	if !runtime.IDPattern.MatchString(spec.ID) {
 		return fmt.Errorf("sandbox id %q: %w", spec.ID, errdefs.ErrInvalidArgument)
 	}
 	if len(spec.Rootfs.Layers) == 0 {
 		return fmt.Errorf("sandbox %s: rootfs has no layers: %w", spec.ID, errdefs.ErrInvalidArgument)
+	}
+	if len(spec.Rootfs.Layers) > maxLayers {
+		return fmt.Errorf("sandbox %s: rootfs has %d layers, at most %d are supported: %w", spec.ID, len(spec.Rootfs.Layers), maxLayers, errdefs.ErrInvalidArgument)
 	}
 	for _, l := range spec.Rootfs.Layers {
 		if !filepath.IsAbs(l) {

@@ -52,6 +52,12 @@ type initConfig struct {
 	// directories (cgroups.OpenSpec); CgroupFDs lists those fds.
 	CgroupSpec string `json:"cgroup_spec"`
 	CgroupFDs  []int  `json:"cgroup_fds"`
+	// IDMappedLayers says that the daemon passed, with the configuration,
+	// one id-mapped mount per layer (see idmapLayers), in layer order.
+	IDMappedLayers bool `json:"idmapped_layers,omitempty"`
+
+	// layerFDs are the descriptors that came with the configuration.
+	layerFDs []int
 }
 
 // Create implements runtime.Runtime.
@@ -124,7 +130,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	}
 	defer lnFile.Close()
 
-	cfgR, cfgW, err := os.Pipe()
+	// A socket, not a pipe: the layers' id-mapped mounts travel with the
+	// configuration.
+	cfgR, cfgW, err := socketPair()
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +214,24 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	}
 	cfgR.Close()
 	statusW.Close()
-	if err := json.NewEncoder(cfgW).Encode(&ic); err != nil {
+	layerFiles, idmapped, err := idmapLayers(pid, spec.Rootfs.Layers)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+	if !idmapped {
+		r.warnNoIDMap.Do(func() {
+			r.log.Warn("template layers are on a filesystem that cannot be id-mapped: their files show as owned by nobody inside sandboxes")
+		})
+	}
+	ic.IDMappedLayers = idmapped
+	b, err := json.Marshal(&ic)
+	if err == nil {
+		err = sendConfig(cfgW, b, layerFiles)
+	}
+	for _, f := range layerFiles {
+		f.Close()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: send config: %w", spec.ID, err)
 	}
 	cfgW.Close()
