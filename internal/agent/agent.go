@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"syscall"
 	"time"
 
@@ -64,7 +65,11 @@ type Options struct {
 	MaxOutputBytes uint64
 	// MaxProcesses caps the processes the agent tracks at once. 0 means 1024.
 	MaxProcesses int
-	Logger       *slog.Logger
+	// Changes, when set, is the directory of the root filesystem's
+	// writable layer (an overlayfs upper directory), which ExportChanges
+	// streams. The agent owns it from New on.
+	Changes *os.File
+	Logger  *slog.Logger
 }
 
 // ExecCgroups creates one cgroup per started process tree. It is

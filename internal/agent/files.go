@@ -5,6 +5,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"os"
 	"path"
 	"sort"
 	"strings"
@@ -61,6 +62,7 @@ type fileService struct {
 	keepalive   time.Duration
 	maxWatches  int
 	maxList     int
+	changes     *os.File // writable layer for ExportChanges; nil without one
 
 	mu      sync.Mutex
 	watches map[*fsWatcher]struct{} // active Watch streams
@@ -81,6 +83,7 @@ func newFileService(a *Agent) (*fileService, error) {
 		keepalive:   fsKeepalive,
 		maxWatches:  fsMaxWatches,
 		maxList:     fsMaxListEntries,
+		changes:     a.opts.Changes,
 		watches:     make(map[*fsWatcher]struct{}),
 	}, nil
 }
@@ -94,6 +97,9 @@ func (s *fileService) close() error {
 		w.close()
 	}
 	s.mu.Unlock()
+	if s.changes != nil {
+		s.changes.Close()
+	}
 	return s.res.close()
 }
 

@@ -369,3 +369,21 @@ func watchOpFromProto(op agentv1.WatchOp) WatchOp {
 	}
 	return WatchOp("unknown")
 }
+
+// ExportChanges writes everything written to the sandbox's root
+// filesystem since it started to w, as an uncompressed OCI layer tar
+// (deletions as whiteouts). The sandbox must be quiet: files changing
+// during the export may be captured half-written.
+func (c *Client) ExportChanges(ctx context.Context, w io.Writer) error {
+	stream, err := c.files.ExportChanges(ctx, connect.NewRequest(&agentv1.ExportChangesRequest{}))
+	if err != nil {
+		return fromConnect(err)
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		if _, err := w.Write(stream.Msg().GetData()); err != nil {
+			return err
+		}
+	}
+	return fromConnect(stream.Err())
+}

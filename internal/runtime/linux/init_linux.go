@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -124,7 +125,10 @@ func setupStage() int {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fail(fmt.Errorf("dumpable: %w", err))
 	}
-	policy, err := agentPolicy(cfg.CgroupFDs)
+	// The writable layer's descriptor is a writable tree for Landlock
+	// too, or ExportChanges could not read it: it lies outside the
+	// sandbox's root, where no sandboxed process can reach it.
+	policy, err := agentPolicy(append(slices.Clone(cfg.CgroupFDs), cfg.ChangesFD))
 	if err != nil {
 		return fail(fmt.Errorf("confine: %w", err))
 	}
@@ -150,6 +154,9 @@ func setupStage() int {
 	if err := confine.EmptyBoundingForExec(); err != nil {
 		return fail(fmt.Errorf("confine: %w", err))
 	}
+	if _, err := unix.FcntlInt(uintptr(cfg.ChangesFD), unix.F_SETFD, 0); err != nil {
+		return fail(fmt.Errorf("writable layer: %w", err))
+	}
 	err = syscall.Exec(agentBinaryPath, os.Args, []string{stageEnv + "=" + stageServe})
 	runtime.KeepAlive(status) // its finalizer must not close fdStatus before the exec
 	return fail(fmt.Errorf("re-execute agent: %w", err))
@@ -167,6 +174,11 @@ func serveStage() int {
 	execCgroups, err := delegatedCgroups(&cfg)
 	if err != nil {
 		return fail(fmt.Errorf("cgroups: %w", err))
+	}
+	var changes *os.File
+	if cfg.ChangesFD > 0 {
+		unix.CloseOnExec(cfg.ChangesFD)
+		changes = os.NewFile(uintptr(cfg.ChangesFD), "changes")
 	}
 	res, err := confine.Apply(confine.Policy{FilesRestricted: true})
 	if err != nil {
@@ -192,6 +204,7 @@ func serveStage() int {
 		SwitchUser:  true,
 		ReapAll:     true,
 		Cgroups:     execCgroups,
+		Changes:     changes,
 		Logger:      log,
 	})
 	if err != nil {

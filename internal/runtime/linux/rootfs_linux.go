@@ -50,6 +50,11 @@ func setupRootfs(cfg *initConfig) error {
 	if err := seedUpper(upper); err != nil {
 		return fmt.Errorf("seed writable layer: %w", err)
 	}
+	changes, err := unix.Open(upper, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("writable layer: %w", err)
+	}
+	cfg.ChangesFD = changes
 	lowers, err := attachLayers(cfg, mnt)
 	if err != nil {
 		return err

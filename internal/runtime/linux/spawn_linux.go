@@ -56,6 +56,12 @@ type initConfig struct {
 	// one id-mapped mount per layer (see idmapLayers), in layer order.
 	IDMappedLayers bool `json:"idmapped_layers,omitempty"`
 
+	// ChangesFD is set by the setup stage for the serve stage: a
+	// descriptor of the overlay's upper directory (the writable layer),
+	// which ExportChanges reads. The old root, where it lives, is gone
+	// from the mount tree after pivot_root.
+	ChangesFD int `json:"changes_fd,omitempty"`
+
 	// layerFDs are the descriptors that came with the configuration.
 	layerFDs []int
 }

@@ -2665,6 +2665,87 @@ func (*WatchResponse_Change_) isWatchResponse_Event() {}
 
 func (*WatchResponse_Keepalive_) isWatchResponse_Event() {}
 
+type ExportChangesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportChangesRequest) Reset() {
+	*x = ExportChangesRequest{}
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportChangesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportChangesRequest) ProtoMessage() {}
+
+func (x *ExportChangesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportChangesRequest.ProtoReflect.Descriptor instead.
+func (*ExportChangesRequest) Descriptor() ([]byte, []int) {
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{43}
+}
+
+type ExportChangesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The next bytes of the tar stream.
+	Data          []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportChangesResponse) Reset() {
+	*x = ExportChangesResponse{}
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportChangesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportChangesResponse) ProtoMessage() {}
+
+func (x *ExportChangesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportChangesResponse.ProtoReflect.Descriptor instead.
+func (*ExportChangesResponse) Descriptor() ([]byte, []int) {
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ExportChangesResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 type ProcessEvent_Started struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pid           uint32                 `protobuf:"varint,1,opt,name=pid,proto3" json:"pid,omitempty"`
@@ -2674,7 +2755,7 @@ type ProcessEvent_Started struct {
 
 func (x *ProcessEvent_Started) Reset() {
 	*x = ProcessEvent_Started{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2686,7 +2767,7 @@ func (x *ProcessEvent_Started) String() string {
 func (*ProcessEvent_Started) ProtoMessage() {}
 
 func (x *ProcessEvent_Started) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2722,7 +2803,7 @@ type ProcessEvent_Output struct {
 
 func (x *ProcessEvent_Output) Reset() {
 	*x = ProcessEvent_Output{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2734,7 +2815,7 @@ func (x *ProcessEvent_Output) String() string {
 func (*ProcessEvent_Output) ProtoMessage() {}
 
 func (x *ProcessEvent_Output) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2799,7 +2880,7 @@ type ProcessEvent_Keepalive struct {
 
 func (x *ProcessEvent_Keepalive) Reset() {
 	*x = ProcessEvent_Keepalive{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2811,7 +2892,7 @@ func (x *ProcessEvent_Keepalive) String() string {
 func (*ProcessEvent_Keepalive) ProtoMessage() {}
 
 func (x *ProcessEvent_Keepalive) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2835,7 +2916,7 @@ type WatchResponse_Started struct {
 
 func (x *WatchResponse_Started) Reset() {
 	*x = WatchResponse_Started{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2847,7 +2928,7 @@ func (x *WatchResponse_Started) String() string {
 func (*WatchResponse_Started) ProtoMessage() {}
 
 func (x *WatchResponse_Started) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2874,7 +2955,7 @@ type WatchResponse_Change struct {
 
 func (x *WatchResponse_Change) Reset() {
 	*x = WatchResponse_Change{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2886,7 +2967,7 @@ func (x *WatchResponse_Change) String() string {
 func (*WatchResponse_Change) ProtoMessage() {}
 
 func (x *WatchResponse_Change) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2924,7 +3005,7 @@ type WatchResponse_Keepalive struct {
 
 func (x *WatchResponse_Keepalive) Reset() {
 	*x = WatchResponse_Keepalive{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2936,7 +3017,7 @@ func (x *WatchResponse_Keepalive) String() string {
 func (*WatchResponse_Keepalive) ProtoMessage() {}
 
 func (x *WatchResponse_Keepalive) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3118,7 +3199,10 @@ const file_airlock_agent_v1_agent_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12)\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x19.airlock.agent.v1.WatchOpR\x02op\x1a\v\n" +
 	"\tKeepaliveB\a\n" +
-	"\x05event*\xad\x01\n" +
+	"\x05event\"\x16\n" +
+	"\x14ExportChangesRequest\"+\n" +
+	"\x15ExportChangesResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data*\xad\x01\n" +
 	"\n" +
 	"ExitStatus\x12\x1b\n" +
 	"\x17EXIT_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -3152,7 +3236,7 @@ const file_airlock_agent_v1_agent_proto_rawDesc = "" +
 	"CloseStdin\x12#.airlock.agent.v1.CloseStdinRequest\x1a$.airlock.agent.v1.CloseStdinResponse\x12W\n" +
 	"\n" +
 	"SendSignal\x12#.airlock.agent.v1.SendSignalRequest\x1a$.airlock.agent.v1.SendSignalResponse\x12K\n" +
-	"\x06Resize\x12\x1f.airlock.agent.v1.ResizeRequest\x1a .airlock.agent.v1.ResizeResponse2\xb3\x05\n" +
+	"\x06Resize\x12\x1f.airlock.agent.v1.ResizeRequest\x1a .airlock.agent.v1.ResizeResponse2\x97\x06\n" +
 	"\vFileService\x12E\n" +
 	"\x04Stat\x12\x1d.airlock.agent.v1.StatRequest\x1a\x1e.airlock.agent.v1.StatResponse\x12N\n" +
 	"\aListDir\x12 .airlock.agent.v1.ListDirRequest\x1a!.airlock.agent.v1.ListDirResponse\x12G\n" +
@@ -3162,7 +3246,8 @@ const file_airlock_agent_v1_agent_proto_rawDesc = "" +
 	"\x04Move\x12\x1d.airlock.agent.v1.MoveRequest\x1a\x1e.airlock.agent.v1.MoveResponse\x12K\n" +
 	"\x06Remove\x12\x1f.airlock.agent.v1.RemoveRequest\x1a .airlock.agent.v1.RemoveResponse\x12H\n" +
 	"\x05Chmod\x12\x1e.airlock.agent.v1.ChmodRequest\x1a\x1f.airlock.agent.v1.ChmodResponse\x12J\n" +
-	"\x05Watch\x12\x1e.airlock.agent.v1.WatchRequest\x1a\x1f.airlock.agent.v1.WatchResponse0\x01BAZ?github.com/airlock-sandbox/airlock/gen/airlock/agent/v1;agentv1b\x06proto3"
+	"\x05Watch\x12\x1e.airlock.agent.v1.WatchRequest\x1a\x1f.airlock.agent.v1.WatchResponse0\x01\x12b\n" +
+	"\rExportChanges\x12&.airlock.agent.v1.ExportChangesRequest\x1a'.airlock.agent.v1.ExportChangesResponse0\x01BAZ?github.com/airlock-sandbox/airlock/gen/airlock/agent/v1;agentv1b\x06proto3"
 
 var (
 	file_airlock_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -3177,7 +3262,7 @@ func file_airlock_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_airlock_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_airlock_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_airlock_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_airlock_agent_v1_agent_proto_goTypes = []any{
 	(ExitStatus)(0),                 // 0: airlock.agent.v1.ExitStatus
 	(FileType)(0),                   // 1: airlock.agent.v1.FileType
@@ -3225,25 +3310,27 @@ var file_airlock_agent_v1_agent_proto_goTypes = []any{
 	(*ChmodResponse)(nil),           // 43: airlock.agent.v1.ChmodResponse
 	(*WatchRequest)(nil),            // 44: airlock.agent.v1.WatchRequest
 	(*WatchResponse)(nil),           // 45: airlock.agent.v1.WatchResponse
-	nil,                             // 46: airlock.agent.v1.ProcessConfig.EnvEntry
-	(*ProcessEvent_Started)(nil),    // 47: airlock.agent.v1.ProcessEvent.Started
-	(*ProcessEvent_Output)(nil),     // 48: airlock.agent.v1.ProcessEvent.Output
-	(*ProcessEvent_Keepalive)(nil),  // 49: airlock.agent.v1.ProcessEvent.Keepalive
-	(*WatchResponse_Started)(nil),   // 50: airlock.agent.v1.WatchResponse.Started
-	(*WatchResponse_Change)(nil),    // 51: airlock.agent.v1.WatchResponse.Change
-	(*WatchResponse_Keepalive)(nil), // 52: airlock.agent.v1.WatchResponse.Keepalive
+	(*ExportChangesRequest)(nil),    // 46: airlock.agent.v1.ExportChangesRequest
+	(*ExportChangesResponse)(nil),   // 47: airlock.agent.v1.ExportChangesResponse
+	nil,                             // 48: airlock.agent.v1.ProcessConfig.EnvEntry
+	(*ProcessEvent_Started)(nil),    // 49: airlock.agent.v1.ProcessEvent.Started
+	(*ProcessEvent_Output)(nil),     // 50: airlock.agent.v1.ProcessEvent.Output
+	(*ProcessEvent_Keepalive)(nil),  // 51: airlock.agent.v1.ProcessEvent.Keepalive
+	(*WatchResponse_Started)(nil),   // 52: airlock.agent.v1.WatchResponse.Started
+	(*WatchResponse_Change)(nil),    // 53: airlock.agent.v1.WatchResponse.Change
+	(*WatchResponse_Keepalive)(nil), // 54: airlock.agent.v1.WatchResponse.Keepalive
 }
 var file_airlock_agent_v1_agent_proto_depIdxs = []int32{
-	46, // 0: airlock.agent.v1.ProcessConfig.env:type_name -> airlock.agent.v1.ProcessConfig.EnvEntry
+	48, // 0: airlock.agent.v1.ProcessConfig.env:type_name -> airlock.agent.v1.ProcessConfig.EnvEntry
 	6,  // 1: airlock.agent.v1.ProcessConfig.pty:type_name -> airlock.agent.v1.PtySize
 	5,  // 2: airlock.agent.v1.StartRequest.config:type_name -> airlock.agent.v1.ProcessConfig
 	12, // 3: airlock.agent.v1.StartResponse.event:type_name -> airlock.agent.v1.ProcessEvent
 	7,  // 4: airlock.agent.v1.ConnectRequest.process:type_name -> airlock.agent.v1.ProcessSelector
 	12, // 5: airlock.agent.v1.ConnectResponse.event:type_name -> airlock.agent.v1.ProcessEvent
-	47, // 6: airlock.agent.v1.ProcessEvent.started:type_name -> airlock.agent.v1.ProcessEvent.Started
-	48, // 7: airlock.agent.v1.ProcessEvent.output:type_name -> airlock.agent.v1.ProcessEvent.Output
+	49, // 6: airlock.agent.v1.ProcessEvent.started:type_name -> airlock.agent.v1.ProcessEvent.Started
+	50, // 7: airlock.agent.v1.ProcessEvent.output:type_name -> airlock.agent.v1.ProcessEvent.Output
 	13, // 8: airlock.agent.v1.ProcessEvent.exit:type_name -> airlock.agent.v1.Exit
-	49, // 9: airlock.agent.v1.ProcessEvent.keepalive:type_name -> airlock.agent.v1.ProcessEvent.Keepalive
+	51, // 9: airlock.agent.v1.ProcessEvent.keepalive:type_name -> airlock.agent.v1.ProcessEvent.Keepalive
 	0,  // 10: airlock.agent.v1.Exit.status:type_name -> airlock.agent.v1.ExitStatus
 	16, // 11: airlock.agent.v1.ListResponse.processes:type_name -> airlock.agent.v1.ProcessInfo
 	5,  // 12: airlock.agent.v1.ProcessInfo.config:type_name -> airlock.agent.v1.ProcessConfig
@@ -3261,9 +3348,9 @@ var file_airlock_agent_v1_agent_proto_depIdxs = []int32{
 	27, // 24: airlock.agent.v1.MakeDirResponse.entry:type_name -> airlock.agent.v1.EntryInfo
 	27, // 25: airlock.agent.v1.MoveResponse.entry:type_name -> airlock.agent.v1.EntryInfo
 	27, // 26: airlock.agent.v1.ChmodResponse.entry:type_name -> airlock.agent.v1.EntryInfo
-	50, // 27: airlock.agent.v1.WatchResponse.started:type_name -> airlock.agent.v1.WatchResponse.Started
-	51, // 28: airlock.agent.v1.WatchResponse.change:type_name -> airlock.agent.v1.WatchResponse.Change
-	52, // 29: airlock.agent.v1.WatchResponse.keepalive:type_name -> airlock.agent.v1.WatchResponse.Keepalive
+	52, // 27: airlock.agent.v1.WatchResponse.started:type_name -> airlock.agent.v1.WatchResponse.Started
+	53, // 28: airlock.agent.v1.WatchResponse.change:type_name -> airlock.agent.v1.WatchResponse.Change
+	54, // 29: airlock.agent.v1.WatchResponse.keepalive:type_name -> airlock.agent.v1.WatchResponse.Keepalive
 	2,  // 30: airlock.agent.v1.WatchResponse.Change.op:type_name -> airlock.agent.v1.WatchOp
 	3,  // 31: airlock.agent.v1.AgentService.Info:input_type -> airlock.agent.v1.InfoRequest
 	8,  // 32: airlock.agent.v1.ProcessService.Start:input_type -> airlock.agent.v1.StartRequest
@@ -3283,26 +3370,28 @@ var file_airlock_agent_v1_agent_proto_depIdxs = []int32{
 	40, // 46: airlock.agent.v1.FileService.Remove:input_type -> airlock.agent.v1.RemoveRequest
 	42, // 47: airlock.agent.v1.FileService.Chmod:input_type -> airlock.agent.v1.ChmodRequest
 	44, // 48: airlock.agent.v1.FileService.Watch:input_type -> airlock.agent.v1.WatchRequest
-	4,  // 49: airlock.agent.v1.AgentService.Info:output_type -> airlock.agent.v1.InfoResponse
-	9,  // 50: airlock.agent.v1.ProcessService.Start:output_type -> airlock.agent.v1.StartResponse
-	11, // 51: airlock.agent.v1.ProcessService.Connect:output_type -> airlock.agent.v1.ConnectResponse
-	15, // 52: airlock.agent.v1.ProcessService.List:output_type -> airlock.agent.v1.ListResponse
-	18, // 53: airlock.agent.v1.ProcessService.SendInput:output_type -> airlock.agent.v1.SendInputResponse
-	20, // 54: airlock.agent.v1.ProcessService.StreamInput:output_type -> airlock.agent.v1.StreamInputResponse
-	22, // 55: airlock.agent.v1.ProcessService.CloseStdin:output_type -> airlock.agent.v1.CloseStdinResponse
-	24, // 56: airlock.agent.v1.ProcessService.SendSignal:output_type -> airlock.agent.v1.SendSignalResponse
-	26, // 57: airlock.agent.v1.ProcessService.Resize:output_type -> airlock.agent.v1.ResizeResponse
-	29, // 58: airlock.agent.v1.FileService.Stat:output_type -> airlock.agent.v1.StatResponse
-	31, // 59: airlock.agent.v1.FileService.ListDir:output_type -> airlock.agent.v1.ListDirResponse
-	33, // 60: airlock.agent.v1.FileService.Read:output_type -> airlock.agent.v1.ReadResponse
-	35, // 61: airlock.agent.v1.FileService.Write:output_type -> airlock.agent.v1.WriteResponse
-	37, // 62: airlock.agent.v1.FileService.MakeDir:output_type -> airlock.agent.v1.MakeDirResponse
-	39, // 63: airlock.agent.v1.FileService.Move:output_type -> airlock.agent.v1.MoveResponse
-	41, // 64: airlock.agent.v1.FileService.Remove:output_type -> airlock.agent.v1.RemoveResponse
-	43, // 65: airlock.agent.v1.FileService.Chmod:output_type -> airlock.agent.v1.ChmodResponse
-	45, // 66: airlock.agent.v1.FileService.Watch:output_type -> airlock.agent.v1.WatchResponse
-	49, // [49:67] is the sub-list for method output_type
-	31, // [31:49] is the sub-list for method input_type
+	46, // 49: airlock.agent.v1.FileService.ExportChanges:input_type -> airlock.agent.v1.ExportChangesRequest
+	4,  // 50: airlock.agent.v1.AgentService.Info:output_type -> airlock.agent.v1.InfoResponse
+	9,  // 51: airlock.agent.v1.ProcessService.Start:output_type -> airlock.agent.v1.StartResponse
+	11, // 52: airlock.agent.v1.ProcessService.Connect:output_type -> airlock.agent.v1.ConnectResponse
+	15, // 53: airlock.agent.v1.ProcessService.List:output_type -> airlock.agent.v1.ListResponse
+	18, // 54: airlock.agent.v1.ProcessService.SendInput:output_type -> airlock.agent.v1.SendInputResponse
+	20, // 55: airlock.agent.v1.ProcessService.StreamInput:output_type -> airlock.agent.v1.StreamInputResponse
+	22, // 56: airlock.agent.v1.ProcessService.CloseStdin:output_type -> airlock.agent.v1.CloseStdinResponse
+	24, // 57: airlock.agent.v1.ProcessService.SendSignal:output_type -> airlock.agent.v1.SendSignalResponse
+	26, // 58: airlock.agent.v1.ProcessService.Resize:output_type -> airlock.agent.v1.ResizeResponse
+	29, // 59: airlock.agent.v1.FileService.Stat:output_type -> airlock.agent.v1.StatResponse
+	31, // 60: airlock.agent.v1.FileService.ListDir:output_type -> airlock.agent.v1.ListDirResponse
+	33, // 61: airlock.agent.v1.FileService.Read:output_type -> airlock.agent.v1.ReadResponse
+	35, // 62: airlock.agent.v1.FileService.Write:output_type -> airlock.agent.v1.WriteResponse
+	37, // 63: airlock.agent.v1.FileService.MakeDir:output_type -> airlock.agent.v1.MakeDirResponse
+	39, // 64: airlock.agent.v1.FileService.Move:output_type -> airlock.agent.v1.MoveResponse
+	41, // 65: airlock.agent.v1.FileService.Remove:output_type -> airlock.agent.v1.RemoveResponse
+	43, // 66: airlock.agent.v1.FileService.Chmod:output_type -> airlock.agent.v1.ChmodResponse
+	45, // 67: airlock.agent.v1.FileService.Watch:output_type -> airlock.agent.v1.WatchResponse
+	47, // 68: airlock.agent.v1.FileService.ExportChanges:output_type -> airlock.agent.v1.ExportChangesResponse
+	50, // [50:69] is the sub-list for method output_type
+	31, // [31:50] is the sub-list for method input_type
 	31, // [31:31] is the sub-list for extension type_name
 	31, // [31:31] is the sub-list for extension extendee
 	0,  // [0:31] is the sub-list for field type_name
@@ -3328,7 +3417,7 @@ func file_airlock_agent_v1_agent_proto_init() {
 		(*WatchResponse_Change_)(nil),
 		(*WatchResponse_Keepalive_)(nil),
 	}
-	file_airlock_agent_v1_agent_proto_msgTypes[45].OneofWrappers = []any{
+	file_airlock_agent_v1_agent_proto_msgTypes[47].OneofWrappers = []any{
 		(*ProcessEvent_Output_Stdout)(nil),
 		(*ProcessEvent_Output_Stderr)(nil),
 	}
@@ -3338,7 +3427,7 @@ func file_airlock_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_airlock_agent_v1_agent_proto_rawDesc), len(file_airlock_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   50,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

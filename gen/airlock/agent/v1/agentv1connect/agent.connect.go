@@ -81,6 +81,9 @@ const (
 	FileServiceChmodProcedure = "/airlock.agent.v1.FileService/Chmod"
 	// FileServiceWatchProcedure is the fully-qualified name of the FileService's Watch RPC.
 	FileServiceWatchProcedure = "/airlock.agent.v1.FileService/Watch"
+	// FileServiceExportChangesProcedure is the fully-qualified name of the FileService's ExportChanges
+	// RPC.
+	FileServiceExportChangesProcedure = "/airlock.agent.v1.FileService/ExportChanges"
 )
 
 // AgentServiceClient is a client for the airlock.agent.v1.AgentService service.
@@ -450,6 +453,11 @@ type FileServiceClient interface {
 	Chmod(context.Context, *connect.Request[v1.ChmodRequest]) (*connect.Response[v1.ChmodResponse], error)
 	// Watch streams changes under a directory. The first event is `started`.
 	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error)
+	// ExportChanges streams, as an uncompressed OCI layer tar, everything
+	// written to the sandbox's root filesystem since it started: its
+	// writable layer, with deletions as whiteouts. Builds use it to turn a
+	// step's result into a template layer.
+	ExportChanges(context.Context, *connect.Request[v1.ExportChangesRequest]) (*connect.ServerStreamForClient[v1.ExportChangesResponse], error)
 }
 
 // NewFileServiceClient constructs a client for the airlock.agent.v1.FileService service. By
@@ -517,20 +525,27 @@ func NewFileServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(fileServiceMethods.ByName("Watch")),
 			connect.WithClientOptions(opts...),
 		),
+		exportChanges: connect.NewClient[v1.ExportChangesRequest, v1.ExportChangesResponse](
+			httpClient,
+			baseURL+FileServiceExportChangesProcedure,
+			connect.WithSchema(fileServiceMethods.ByName("ExportChanges")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // fileServiceClient implements FileServiceClient.
 type fileServiceClient struct {
-	stat    *connect.Client[v1.StatRequest, v1.StatResponse]
-	listDir *connect.Client[v1.ListDirRequest, v1.ListDirResponse]
-	read    *connect.Client[v1.ReadRequest, v1.ReadResponse]
-	write   *connect.Client[v1.WriteRequest, v1.WriteResponse]
-	makeDir *connect.Client[v1.MakeDirRequest, v1.MakeDirResponse]
-	move    *connect.Client[v1.MoveRequest, v1.MoveResponse]
-	remove  *connect.Client[v1.RemoveRequest, v1.RemoveResponse]
-	chmod   *connect.Client[v1.ChmodRequest, v1.ChmodResponse]
-	watch   *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	stat          *connect.Client[v1.StatRequest, v1.StatResponse]
+	listDir       *connect.Client[v1.ListDirRequest, v1.ListDirResponse]
+	read          *connect.Client[v1.ReadRequest, v1.ReadResponse]
+	write         *connect.Client[v1.WriteRequest, v1.WriteResponse]
+	makeDir       *connect.Client[v1.MakeDirRequest, v1.MakeDirResponse]
+	move          *connect.Client[v1.MoveRequest, v1.MoveResponse]
+	remove        *connect.Client[v1.RemoveRequest, v1.RemoveResponse]
+	chmod         *connect.Client[v1.ChmodRequest, v1.ChmodResponse]
+	watch         *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	exportChanges *connect.Client[v1.ExportChangesRequest, v1.ExportChangesResponse]
 }
 
 // Stat calls airlock.agent.v1.FileService.Stat.
@@ -578,6 +593,11 @@ func (c *fileServiceClient) Watch(ctx context.Context, req *connect.Request[v1.W
 	return c.watch.CallServerStream(ctx, req)
 }
 
+// ExportChanges calls airlock.agent.v1.FileService.ExportChanges.
+func (c *fileServiceClient) ExportChanges(ctx context.Context, req *connect.Request[v1.ExportChangesRequest]) (*connect.ServerStreamForClient[v1.ExportChangesResponse], error) {
+	return c.exportChanges.CallServerStream(ctx, req)
+}
+
 // FileServiceHandler is an implementation of the airlock.agent.v1.FileService service.
 type FileServiceHandler interface {
 	Stat(context.Context, *connect.Request[v1.StatRequest]) (*connect.Response[v1.StatResponse], error)
@@ -595,6 +615,11 @@ type FileServiceHandler interface {
 	Chmod(context.Context, *connect.Request[v1.ChmodRequest]) (*connect.Response[v1.ChmodResponse], error)
 	// Watch streams changes under a directory. The first event is `started`.
 	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error
+	// ExportChanges streams, as an uncompressed OCI layer tar, everything
+	// written to the sandbox's root filesystem since it started: its
+	// writable layer, with deletions as whiteouts. Builds use it to turn a
+	// step's result into a template layer.
+	ExportChanges(context.Context, *connect.Request[v1.ExportChangesRequest], *connect.ServerStream[v1.ExportChangesResponse]) error
 }
 
 // NewFileServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -658,6 +683,12 @@ func NewFileServiceHandler(svc FileServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(fileServiceMethods.ByName("Watch")),
 		connect.WithHandlerOptions(opts...),
 	)
+	fileServiceExportChangesHandler := connect.NewServerStreamHandler(
+		FileServiceExportChangesProcedure,
+		svc.ExportChanges,
+		connect.WithSchema(fileServiceMethods.ByName("ExportChanges")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/airlock.agent.v1.FileService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case FileServiceStatProcedure:
@@ -678,6 +709,8 @@ func NewFileServiceHandler(svc FileServiceHandler, opts ...connect.HandlerOption
 			fileServiceChmodHandler.ServeHTTP(w, r)
 		case FileServiceWatchProcedure:
 			fileServiceWatchHandler.ServeHTTP(w, r)
+		case FileServiceExportChangesProcedure:
+			fileServiceExportChangesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -721,4 +754,8 @@ func (UnimplementedFileServiceHandler) Chmod(context.Context, *connect.Request[v
 
 func (UnimplementedFileServiceHandler) Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("airlock.agent.v1.FileService.Watch is not implemented"))
+}
+
+func (UnimplementedFileServiceHandler) ExportChanges(context.Context, *connect.Request[v1.ExportChangesRequest], *connect.ServerStream[v1.ExportChangesResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("airlock.agent.v1.FileService.ExportChanges is not implemented"))
 }
