@@ -414,11 +414,17 @@ func (m *Manager) startInstance(ctx context.Context, src template.Source, id str
 	if err != nil {
 		return nil, err
 	}
+	var env map[string]string
+	if es, ok := src.(template.EnvSource); ok {
+		if env, err = es.Env(); err != nil {
+			return nil, err
+		}
+	}
 	labels, err := encodeLabels(p)
 	if err != nil {
 		return nil, err
 	}
-	inst, err := m.rt.Create(ctx, runtime.Spec{ID: id, Rootfs: rootfs, Limits: limits, Labels: labels})
+	inst, err := m.rt.Create(ctx, runtime.Spec{ID: id, Rootfs: rootfs, Env: env, Limits: limits, Labels: labels})
 	if err != nil {
 		m.log.Warn("runtime create failed", "sandbox", id, "err", err)
 		if ctx.Err() != nil {
@@ -439,6 +445,24 @@ func publicErr(op string, err error) error {
 	default:
 		return fmt.Errorf("%s: %w", op, err)
 	}
+}
+
+// TemplateInUse reports whether a sandbox that exists or is being made,
+// pool members included, uses the template called name. The template
+// store asks it before removing a template. Records are registered before
+// their template is resolved, so a template cannot vanish under a create.
+func (m *Manager) TemplateInUse(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, rec := range m.records {
+		if rec.sb.Template == name && rec.sb.State != StateStopped && rec.sb.State != StateFailed {
+			return true
+		}
+	}
+	if p := m.pools[name]; p != nil && (len(p.members) > 0 || p.filling > 0) {
+		return true
+	}
+	return false
 }
 
 // Get returns the sandbox called id, or ErrNotFound.

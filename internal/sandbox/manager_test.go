@@ -769,3 +769,48 @@ func TestDestroyFailure(t *testing.T) {
 		t.Errorf("state after retry = %q", s)
 	}
 }
+
+// envSource is a template with an environment of its own.
+type envSource struct{ staticSource }
+
+func (envSource) Env() (map[string]string, error) {
+	return map[string]string{"FROM_IMAGE": "image", "SHADOWED": "image"}, nil
+}
+
+// TestTemplateEnvAndInUse checks that a template's environment reaches
+// every process under the sandbox's own, and that a template counts as in
+// use from create to destroy.
+func TestTemplateEnvAndInUse(t *testing.T) {
+	e := newEnv(t)
+	reg, err := template.NewRegistry(envSource{staticSource{"img"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.templates = reg
+	m := e.manager(Config{})
+	ctx := context.Background()
+	if m.TemplateInUse("img") {
+		t.Fatal("template in use before any sandbox")
+	}
+	sb, err := m.Create(ctx, Spec{Template: "img", Env: map[string]string{"SHADOWED": "sandbox"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.TemplateInUse("img") || m.TemplateInUse("other") {
+		t.Errorf("TemplateInUse(img, other) = %v, %v; want true, false", m.TemplateInUse("img"), m.TemplateInUse("other"))
+	}
+	var out strings.Builder
+	res, err := m.Exec(ctx, sb.ID, agentclient.ExecRequest{Shell: `echo "$FROM_IMAGE $SHADOWED"`, Stdout: &out})
+	if err != nil || res.Status != agentclient.StatusSuccess {
+		t.Fatalf("exec: %v %+v", err, res)
+	}
+	if got := out.String(); got != "image sandbox\n" {
+		t.Errorf("environment = %q, want the image's under the sandbox's", got)
+	}
+	if err := m.Destroy(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if m.TemplateInUse("img") {
+		t.Error("template still in use after destroy")
+	}
+}

@@ -1,0 +1,157 @@
+package layers
+
+import (
+	"encoding/hex"
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+// MaxLayers is the most layers one template may stack. Overlayfs takes
+// up to 500 lower directories, but every layer adds a path to the mount
+// options, which must fit in one page.
+const MaxLayers = 128
+
+// namePattern is the template name syntax; it must equal
+// template.NamePattern (the template package checks this in a test). A name
+// is used as a file name, so it can hold no "/" and cannot start with ".".
+var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// NamePattern is the syntax of template names in the store.
+func NamePattern() string { return namePattern.String() }
+
+// Manifest describes one stored template: the layers that make up its
+// root filesystem and the defaults its sandboxes start with. It is saved
+// as templates/<name>.json under the store root.
+type Manifest struct {
+	// Name is the template name (see NamePattern).
+	Name string `json:"name"`
+	// Layers are the diff IDs ("sha256:<hex>", the digest of the
+	// uncompressed layer tar) of the template's layers, lowest first.
+	Layers []string `json:"layers"`
+	// Config holds the image defaults.
+	Config Config `json:"config"`
+	// Created is when the template was stored.
+	Created time.Time `json:"created"`
+	// Source says where the template came from, for display only
+	// (an image reference with its digest, "docker-archive", ...).
+	Source string `json:"source,omitempty"`
+	// Size is the total size of the template's layers in bytes, filled
+	// in by the store.
+	Size int64 `json:"size"`
+}
+
+// Config is the subset of an OCI image configuration a sandbox uses.
+type Config struct {
+	Env        []string `json:"env,omitempty"`     // KEY=value
+	Workdir    string   `json:"workdir,omitempty"` // absolute, clean
+	User       string   `json:"user,omitempty"`    // user[:group], names or ids
+	Cmd        []string `json:"cmd,omitempty"`
+	Entrypoint []string `json:"entrypoint,omitempty"`
+}
+
+// Limits of a Config, generous for real images and small enough to keep a
+// hostile image config from bloating the store.
+const (
+	maxConfigStrings = 4096
+	maxConfigBytes   = 1 << 20
+	maxSourceLen     = 1024
+	maxUserLen       = 256
+)
+
+// ValidateName reports whether name is a valid template name.
+func ValidateName(name string) error {
+	if !namePattern.MatchString(name) {
+		return fmt.Errorf("template name %q: must match %s: %w", quoteName(name), namePattern, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// ParseDiffID checks that d is "sha256:" followed by 64 lowercase hex
+// digits and returns the hex part.
+func ParseDiffID(d string) (string, error) {
+	hexPart, ok := strings.CutPrefix(d, "sha256:")
+	if !ok || len(hexPart) != 64 || strings.ToLower(hexPart) != hexPart {
+		return "", fmt.Errorf("layer digest %q: want sha256:<64 lowercase hex digits>: %w", quoteName(d), errdefs.ErrInvalidArgument)
+	}
+	if _, err := hex.DecodeString(hexPart); err != nil {
+		return "", fmt.Errorf("layer digest %q: not hex: %w", quoteName(d), errdefs.ErrInvalidArgument)
+	}
+	return hexPart, nil
+}
+
+// Validate checks every field of m. It does not check that the layers
+// exist; the store does that when it saves m.
+func (m *Manifest) Validate() error {
+	if err := ValidateName(m.Name); err != nil {
+		return err
+	}
+	if len(m.Layers) == 0 {
+		return fmt.Errorf("template %q has no layers: %w", m.Name, errdefs.ErrInvalidArgument)
+	}
+	if len(m.Layers) > MaxLayers {
+		return fmt.Errorf("template %q has %d layers, at most %d are supported: %w", m.Name, len(m.Layers), MaxLayers, errdefs.ErrInvalidArgument)
+	}
+	for _, l := range m.Layers {
+		if _, err := ParseDiffID(l); err != nil {
+			return fmt.Errorf("template %q: %w", m.Name, err)
+		}
+	}
+	if len(m.Source) > maxSourceLen || !printable(m.Source) {
+		return fmt.Errorf("template %q: source must be printable and at most %d bytes: %w", m.Name, maxSourceLen, errdefs.ErrInvalidArgument)
+	}
+	if err := m.Config.Validate(); err != nil {
+		return fmt.Errorf("template %q: %w", m.Name, err)
+	}
+	return nil
+}
+
+// Validate checks c: environment entries are KEY=value with a non-empty
+// key, the working directory is absolute and clean, no string holds a NUL
+// byte, and the whole config stays within size limits.
+func (c *Config) Validate() error {
+	total := len(c.Workdir) + len(c.User)
+	n := len(c.Env) + len(c.Cmd) + len(c.Entrypoint)
+	if n > maxConfigStrings {
+		return fmt.Errorf("image config has %d strings, at most %d allowed: %w", n, maxConfigStrings, errdefs.ErrInvalidArgument)
+	}
+	for _, e := range c.Env {
+		k, _, ok := strings.Cut(e, "=")
+		if !ok || k == "" || strings.IndexByte(e, 0) >= 0 {
+			return fmt.Errorf("image config: environment entry %q is not KEY=value: %w", quoteName(e), errdefs.ErrInvalidArgument)
+		}
+		total += len(e)
+	}
+	for _, list := range [][]string{c.Cmd, c.Entrypoint} {
+		for _, a := range list {
+			if strings.IndexByte(a, 0) >= 0 {
+				return fmt.Errorf("image config: command contains a NUL byte: %w", errdefs.ErrInvalidArgument)
+			}
+			total += len(a)
+		}
+	}
+	if total > maxConfigBytes {
+		return fmt.Errorf("image config is larger than %d bytes: %w", maxConfigBytes, errdefs.ErrInvalidArgument)
+	}
+	if c.Workdir != "" && (!path.IsAbs(c.Workdir) || path.Clean(c.Workdir) != c.Workdir || strings.IndexByte(c.Workdir, 0) >= 0 || len(c.Workdir) > 4096) {
+		return fmt.Errorf("image config: working directory %q must be an absolute clean path: %w", quoteName(c.Workdir), errdefs.ErrInvalidArgument)
+	}
+	if len(c.User) > maxUserLen || !printable(c.User) || strings.ContainsAny(c.User, " \t") {
+		return fmt.Errorf("image config: user %q is not a valid user[:group]: %w", quoteName(c.User), errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// printable reports whether s has no control characters.
+func printable(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,86 @@
+package template
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/runtime"
+	"github.com/airlock-sandbox/airlock/internal/template/layers"
+)
+
+// Stored is a template kept in a layers.Store: an imported OCI image or a
+// built template. Its layers are the store's layer directories, stacked
+// lowest first; the store keeps them while the template exists, and the
+// store's InUse hook keeps a template from being removed while sandboxes
+// use it.
+type Stored struct {
+	store *layers.Store
+	name  string
+}
+
+var _ Source = (*Stored)(nil)
+
+// NewStored returns the stored template called name. It fails with
+// ErrNotFound when the store has no such template.
+func NewStored(store *layers.Store, name string) (*Stored, error) {
+	if store == nil {
+		return nil, fmt.Errorf("template %q: nil store: %w", truncate(name, 80), errdefs.ErrInvalidArgument)
+	}
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	if _, err := store.Get(name); err != nil {
+		return nil, err
+	}
+	return &Stored{store: store, name: name}, nil
+}
+
+// StoredSources returns a Source for every template in store, sorted by
+// name, for registering in a Registry at start-up.
+func StoredSources(store *layers.Store) []Source {
+	var out []Source
+	for _, m := range store.List() {
+		out = append(out, &Stored{store: store, name: m.Name})
+	}
+	return out
+}
+
+// Name returns the template name.
+func (t *Stored) Name() string { return t.name }
+
+// Manifest returns the template's manifest (layers and image defaults:
+// env, user, cmd, entrypoint).
+func (t *Stored) Manifest() (layers.Manifest, error) { return t.store.Get(t.name) }
+
+// Env returns the image's environment (its ENV lines) as a map; a later
+// duplicate key wins, as in Docker.
+func (t *Stored) Env() (map[string]string, error) {
+	m, err := t.store.Get(t.name)
+	if err != nil {
+		return nil, err
+	}
+	env := make(map[string]string, len(m.Config.Env))
+	for _, kv := range m.Config.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	return env, nil
+}
+
+var _ EnvSource = (*Stored)(nil)
+
+// Resolve returns the template's layer directories and its working
+// directory. It fails with ErrNotFound once the template is removed.
+func (t *Stored) Resolve(ctx context.Context) (runtime.Rootfs, error) {
+	dirs, m, err := t.store.Rootfs(ctx, t.name)
+	if err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return runtime.Rootfs{}, fmt.Errorf("template %q: %w", t.name, errdefs.ErrNotFound)
+		}
+		return runtime.Rootfs{}, err
+	}
+	return runtime.Rootfs{Layers: dirs, Workdir: m.Config.Workdir}, nil
+}

@@ -1,0 +1,95 @@
+package template
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/template/layers"
+)
+
+func TestStoreNamePatternMatches(t *testing.T) {
+	if got, want := layers.NamePattern(), NamePattern.String(); got != want {
+		t.Errorf("layers name pattern %s differs from template.NamePattern %s", got, want)
+	}
+}
+
+func oneFileTar(t *testing.T, name, body string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg})
+	tw.Write([]byte(body))
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestStored(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: layer extraction keeps file owners")
+	}
+	ctx := context.Background()
+	store, err := layers.Open(filepath.Join(t.TempDir(), "templates"), layers.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := store.NewLease()
+	var diffIDs []string
+	for _, body := range []string{"lower", "upper"} {
+		info, err := lease.Extract(ctx, bytes.NewReader(oneFileTar(t, body, body)), layers.ExtractOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		diffIDs = append(diffIDs, info.DiffID)
+	}
+	if _, err := store.Put(ctx, layers.Manifest{Name: "img", Layers: diffIDs, Config: layers.Config{Workdir: "/app"}}, layers.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lease.Release()
+
+	if _, err := NewStored(store, "nope"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("NewStored(unknown): %v", err)
+	}
+	if _, err := NewStored(store, "Bad Name"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("NewStored(bad name): %v", err)
+	}
+	src, err := NewStored(store, "img")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := NewRegistry(StoredSources(store)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := reg.Get("img"); err != nil || got.Name() != "img" {
+		t.Fatalf("registry: %v, %v", got, err)
+	}
+	rootfs, err := src.Resolve(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rootfs.Layers) != 2 || rootfs.Workdir != "/app" {
+		t.Fatalf("rootfs = %+v", rootfs)
+	}
+	for i, want := range []string{"lower", "upper"} {
+		if b, err := os.ReadFile(filepath.Join(rootfs.Layers[i], want)); err != nil || string(b) != want {
+			t.Errorf("layer %d: %q, %v; want %s (lowest first)", i, b, err, want)
+		}
+	}
+	if m, err := src.Manifest(); err != nil || m.Config.Workdir != "/app" {
+		t.Errorf("Manifest: %+v, %v", m, err)
+	}
+	if _, err := store.Remove(ctx, "img"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Resolve(ctx); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Resolve after removal: %v, want ErrNotFound", err)
+	}
+}
