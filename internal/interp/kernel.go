@@ -1,0 +1,413 @@
+package interp
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/agentclient"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+// agentOutputBudget is what the agent forwards of one output stream over
+// a process's whole life (its default cap). A kernel that has sent nearly
+// that much is retired after its cell: past the cap the agent drops
+// output, frames included.
+const (
+	agentOutputBudget = 64 << 20
+	budgetMargin      = 8 << 20
+)
+
+// Bounds of the daemon's calls to the agent on behalf of a kernel.
+const (
+	signalTimeout  = 5 * time.Second
+	keepaliveEvery = 2 * time.Second
+	maxTail        = 2048 // raw output kept from outside cells, for errors
+)
+
+// Cell IDs count up from the daemon's start time in microseconds, so a
+// restarted daemon never reuses an ID an adopted kernel may still report
+// (and they stay below 2^53, exact in JavaScript).
+var (
+	cellIDBase = uint64(time.Now().UnixMicro())
+	cellSeq    atomic.Uint64
+)
+
+func nextCellID() uint64 { return cellIDBase + cellSeq.Add(1) }
+
+// kernel is one driver process serving a context.
+type kernel struct {
+	m         *Manager
+	sandboxID string
+	lang      Language
+	client    *agentclient.Client
+	pid       int
+	cancel    context.CancelFunc // ends the output stream (not the process)
+
+	ready     chan struct{}
+	readyOnce sync.Once
+	exited    chan struct{}
+	exitRes   *agentclient.ExecResult // set before exited closes
+	exitErr   error
+
+	chans    [2]*channel
+	received atomic.Int64
+
+	mu   sync.Mutex
+	cell *cell
+	tail []byte // recent raw output outside cells
+}
+
+// channel is one of the kernel's output streams (0 stdout, 1 stderr).
+type channel struct {
+	k     *kernel
+	idx   int
+	sp    *splitter
+	carry utf8Carry
+}
+
+func (ch *channel) Write(p []byte) (int, error) {
+	ch.k.received.Add(int64(len(p)))
+	n, err := ch.sp.Write(p)
+	if err != nil {
+		ch.k.m.log.Warn("code kernel protocol failure; killing it", "sandbox", ch.k.sandboxID, "err", err)
+		go ch.k.kill()
+	}
+	return n, err
+}
+
+func newNonce() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func newKernel(m *Manager, sandboxID string, lang Language, client *agentclient.Client, nonce string) *kernel {
+	k := &kernel{
+		m: m, sandboxID: sandboxID, lang: lang, client: client,
+		ready: make(chan struct{}), exited: make(chan struct{}),
+	}
+	for i := range k.chans {
+		ch := &channel{k: k, idx: i}
+		ch.sp = newSplitter(nonce, m.lim.maxFrame(),
+			func(b []byte) { k.onRaw(ch, b) },
+			func(b []byte) { k.onFrame(ch.idx, b) })
+		k.chans[i] = ch
+	}
+	return k
+}
+
+// start starts a kernel for c and returns once it serves. Call with c's
+// slot held.
+func (c *codeContext) start(ctx context.Context) (*kernel, error) {
+	m := c.b.m
+	client, err := m.sb.Client(c.b.id)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := m.sb.Get(c.b.id)
+	if err != nil {
+		return nil, err
+	}
+	env := make(map[string]string, len(sb.Env)+len(c.env)+4)
+	for k, v := range sb.Env {
+		env[k] = v
+	}
+	for k, v := range c.env {
+		env[k] = v
+	}
+	nonce := newNonce()
+	env["AIRLOCK_INTERP_NONCE"] = nonce
+	env["AIRLOCK_INTERP_MAX_OUTPUT"] = strconv.Itoa(m.lim.MaxOutputBytes)
+	env["AIRLOCK_INTERP_MAX_TEXT"] = strconv.Itoa(m.lim.MaxTextBytes)
+	env["AIRLOCK_INTERP_MAX_IMAGE"] = strconv.Itoa(m.lim.MaxImageBytes)
+	c.mu.Lock()
+	c.gen++
+	tag := kernelTag(c, c.gen, nonce)
+	c.mu.Unlock()
+
+	k := newKernel(m, c.b.id, c.lang, client, nonce)
+	sctx, cancel := context.WithCancel(context.Background())
+	k.cancel = cancel
+	// Until the kernel serves, the caller's ctx bounds the start.
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	p, err := client.Start(sctx, agentclient.ExecRequest{
+		Argv:        drivers[c.lang].argv,
+		Cwd:         c.cwd,
+		Env:         env,
+		Tag:         tag,
+		OpenStdin:   true,
+		Background:  true,
+		OutputLimit: agentOutputBudget,
+		Stdout:      k.chans[0],
+		Stderr:      k.chans[1],
+	})
+	if err != nil {
+		cancel()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("start %s context: %w", c.lang, ctxErr(ctx))
+		}
+		return nil, err
+	}
+	if p.PID == 0 {
+		cancel()
+		res, _ := p.Wait()
+		return nil, startFailure(c.lang, res)
+	}
+	k.pid = p.PID
+	k.watch(c, p)
+	timer := time.NewTimer(m.lim.StartTimeout)
+	defer timer.Stop()
+	select {
+	case <-k.ready:
+		if !stop() {
+			k.kill()
+			return nil, fmt.Errorf("start %s context: %w", c.lang, ctxErr(ctx))
+		}
+	case <-k.exited:
+		return nil, fmt.Errorf("the %s context exited as it started%s: %w", c.lang, k.tailNote(), errdefs.ErrFailedPrecondition)
+	case <-timer.C:
+		k.kill()
+		return nil, fmt.Errorf("the %s context did not start within %v: %w", c.lang, m.lim.StartTimeout, errdefs.ErrTimeout)
+	case <-ctx.Done():
+		k.kill()
+		return nil, fmt.Errorf("start %s context: %w", c.lang, ctxErr(ctx))
+	}
+	c.mu.Lock()
+	c.k, c.dead = k, ""
+	c.mu.Unlock()
+	return k, nil
+}
+
+// startFailure explains a driver that could not be executed.
+func startFailure(lang Language, res *agentclient.ExecResult) error {
+	if res != nil && res.ExitCode == 127 {
+		return fmt.Errorf("%s contexts need %s, which this sandbox does not have: %w",
+			lang, interpreterName(lang), errdefs.ErrFailedPrecondition)
+	}
+	msg := "unknown reason"
+	if res != nil && res.Error != "" {
+		msg = res.Error
+	}
+	return fmt.Errorf("the %s context could not start: %s: %w", lang, msg, errdefs.ErrFailedPrecondition)
+}
+
+// attach adopts the running kernel pid of c (left by a previous daemon).
+func (c *codeContext) attach(ctx context.Context, client *agentclient.Client, pid int, nonce string) error {
+	k := newKernel(c.b.m, c.b.id, c.lang, client, nonce)
+	k.pid = pid
+	sctx, cancel := context.WithCancel(context.Background())
+	k.cancel = cancel
+	stop := context.AfterFunc(ctx, cancel)
+	p, err := client.Connect(sctx, pid, k.chans[0], k.chans[1])
+	if !stop() && err == nil {
+		err = fmt.Errorf("adopt context %s: %w", c.id, ctxErr(ctx))
+	}
+	if err != nil {
+		cancel()
+		return err
+	}
+	k.readyOnce.Do(func() { close(k.ready) })
+	k.watch(c, p)
+	c.mu.Lock()
+	c.k = k
+	c.mu.Unlock()
+	return nil
+}
+
+// watch waits in the background for the end of k's stream.
+func (k *kernel) watch(c *codeContext, p *agentclient.Process) {
+	go func() {
+		res, err := p.Wait()
+		k.exitRes, k.exitErr = res, err
+		close(k.exited)
+		k.cancel()
+		c.kernelExited(k, k.exitReason())
+		k.m.kernelGone(k.sandboxID)
+	}()
+}
+
+// exitReason says how the kernel ended (after exited).
+func (k *kernel) exitReason() string {
+	r := k.exitRes
+	switch {
+	case r == nil:
+		return "its sandbox stopped answering"
+	case r.Signal != 0:
+		return fmt.Sprintf("its process was killed by signal %d", r.Signal)
+	case r.Status == agentclient.StatusResourceExceeded:
+		return "its process exceeded a resource limit"
+	default:
+		return fmt.Sprintf("its process exited with code %d", r.ExitCode)
+	}
+}
+
+// tailNote is recent raw output of the kernel, for an error message.
+func (k *kernel) tailNote() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	t := strings.TrimSpace(string(bytes.ToValidUTF8(k.tail, []byte("?"))))
+	if t == "" {
+		return ""
+	}
+	if len(t) > 512 {
+		t = "..." + t[len(t)-512:]
+	}
+	return ": " + t
+}
+
+// isExited reports whether the kernel's stream has ended.
+func (k *kernel) isExited() bool {
+	select {
+	case <-k.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// send writes a command to the driver's stdin.
+func (k *kernel) send(ctx context.Context, b []byte) error {
+	if len(b) <= 1<<20 {
+		return k.client.SendInput(ctx, k.pid, b)
+	}
+	return k.client.StreamInput(ctx, k.pid, bytes.NewReader(b))
+}
+
+// interrupt sends SIGINT to the kernel's process group: the driver and
+// every child it did not move to a group of its own. The agent signals
+// only a process's main pid, so this runs `kill` in the sandbox.
+func (k *kernel) interrupt(ctx context.Context) error {
+	if k.isExited() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, signalTimeout)
+	defer cancel()
+	res, err := k.client.Exec(ctx, agentclient.ExecRequest{
+		Shell:   fmt.Sprintf("kill -s INT -- -%d", k.pid),
+		Timeout: signalTimeout,
+	})
+	if err != nil {
+		return err
+	}
+	if res.Status != agentclient.StatusSuccess && !k.isExited() {
+		// No shell or no kill: signal the driver alone.
+		return k.client.Signal(ctx, k.pid, 2)
+	}
+	return nil
+}
+
+// kill kills the kernel's process tree; if the agent cannot be reached,
+// it at least ends the stream.
+func (k *kernel) kill() {
+	if k.isExited() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), signalTimeout)
+	defer cancel()
+	if err := k.client.Signal(ctx, k.pid, 9); err != nil && !k.isExited() {
+		k.m.log.Debug("kill code kernel", "sandbox", k.sandboxID, "pid", k.pid, "err", err)
+		k.cancel()
+	}
+}
+
+// detach ends the stream without killing the process.
+func (k *kernel) detach() { k.cancel() }
+
+// setCell makes cl the cell that receives the kernel's output.
+func (k *kernel) setCell(cl *cell) {
+	k.mu.Lock()
+	k.cell = cl
+	k.mu.Unlock()
+}
+
+func (k *kernel) clearCell(cl *cell) {
+	k.mu.Lock()
+	if k.cell == cl {
+		k.cell = nil
+	}
+	k.mu.Unlock()
+}
+
+func (k *kernel) currentCell() *cell {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.cell
+}
+
+// spent reports whether the kernel has used most of the agent's output
+// budget.
+func (k *kernel) spent() bool {
+	return k.received.Load() > k.m.budget
+}
+
+// onRaw handles raw output of one channel (called from the stream's
+// goroutine, like onFrame).
+func (k *kernel) onRaw(ch *channel, b []byte) {
+	cl := k.currentCell()
+	if cl == nil {
+		k.mu.Lock()
+		k.tail = append(k.tail, b...)
+		if len(k.tail) > maxTail {
+			k.tail = append([]byte(nil), k.tail[len(k.tail)-maxTail:]...)
+		}
+		k.mu.Unlock()
+		return
+	}
+	typ := EventStdout
+	if ch.idx == 1 {
+		typ = EventStderr
+	}
+	cl.output(typ, ch.carry.text(b), true)
+}
+
+// onFrame handles one frame from channel idx.
+func (k *kernel) onFrame(idx int, b []byte) {
+	f, err := parseFrame(b)
+	if err != nil {
+		k.m.log.Debug("code kernel sent a bad frame", "sandbox", k.sandboxID, "err", err)
+		return
+	}
+	if f.T == "ready" {
+		k.readyOnce.Do(func() { close(k.ready) })
+		return
+	}
+	cl := k.currentCell()
+	if cl == nil {
+		return
+	}
+	switch f.T {
+	case "stdout":
+		cl.output(EventStdout, f.D, false)
+	case "stderr":
+		cl.output(EventStderr, f.D, false)
+	case "result":
+		if f.ID == cl.id {
+			cl.result(resultOf(f))
+		}
+	case "error":
+		if f.ID == cl.id {
+			cl.error(ExecError{Name: f.Name, Value: f.Value, Traceback: f.Traceback})
+		}
+	case "end":
+		if f.ID == cl.id {
+			cl.endOn(idx, f, k)
+		}
+	}
+}
+
+// flushCarries returns text held back in the channels' UTF-8 carries.
+func (k *kernel) flushCarries() (stdout, stderr string) {
+	return k.chans[0].carry.flush(), k.chans[1].carry.flush()
+}
+
+var _ io.Writer = (*channel)(nil)
