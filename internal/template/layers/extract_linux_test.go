@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -521,4 +522,72 @@ func assertTmpEmpty(t *testing.T, s *Store) {
 	if len(ents) != 0 {
 		t.Errorf("tmp holds %d entries after a failed extraction", len(ents))
 	}
+}
+
+// TestSparseBomb checks that a sparse entry (PAX sparse format 1.0),
+// tiny in the stream but huge once its holes are written out, is stopped
+// by the size limit.
+func TestSparseBomb(t *testing.T) {
+	requireRoot(t)
+	s := openStore(t, nil)
+	// archive/tar's writer drops GNU.sparse records, so the stream is
+	// built by hand: a PAX header, then the entry whose data starts with
+	// the sparse map.
+	var records string
+	for _, kv := range [][2]string{{"GNU.sparse.major", "1"}, {"GNU.sparse.minor", "0"}, {"GNU.sparse.name", "big"}, {"GNU.sparse.realsize", strconv.Itoa(2 << 30)}} {
+		rec := " " + kv[0] + "=" + kv[1] + "\n"
+		n := len(rec)
+		for len(strconv.Itoa(n+len(strconv.Itoa(n))))+len(rec) != n+len(strconv.Itoa(n)) {
+			n++
+		}
+		records += strconv.Itoa(len(strconv.Itoa(n+len(strconv.Itoa(n))))+len(rec)) + rec
+	}
+	var buf bytes.Buffer
+	buf.Write(rawTarHeader("PaxHeaders/big", 'x', int64(len(records))))
+	buf.Write(pad512([]byte(records)))
+	sparseMap := pad512([]byte("1\n0\n512\n")) // one 512-byte data region at offset 0
+	buf.Write(rawTarHeader("GNUSparseFile.0/big", '0', int64(len(sparseMap)+512)))
+	buf.Write(sparseMap)
+	buf.Write(make([]byte, 512))
+	buf.Write(make([]byte, 1024)) // end of archive
+
+	// The stream is a valid sparse entry: the reader sees a 2 GiB file.
+	tr := tar.NewReader(bytes.NewReader(buf.Bytes()))
+	if h, err := tr.Next(); err != nil || h.Size != 2<<30 || h.Name != "big" {
+		t.Fatalf("test stream is not a 2 GiB sparse entry: %+v, %v", h, err)
+	}
+	l := s.NewLease()
+	defer l.Release()
+	_, err := l.Extract(context.Background(), &buf, ExtractOptions{Limits: Limits{MaxBytes: 8 << 20}})
+	if !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Fatalf("err = %v, want the size limit (ErrResourceExhausted)", err)
+	}
+	assertTmpEmpty(t, s)
+}
+
+// rawTarHeader returns a ustar header block.
+func rawTarHeader(name string, typ byte, size int64) []byte {
+	b := make([]byte, 512)
+	copy(b[0:100], name)
+	copy(b[100:108], "0000644\x00")
+	copy(b[108:116], "0000000\x00")
+	copy(b[116:124], "0000000\x00")
+	copy(b[124:136], fmt.Sprintf("%011o\x00", size))
+	copy(b[136:148], "00000000000\x00")
+	b[156] = typ
+	copy(b[257:265], "ustar\x0000")
+	copy(b[148:156], "        ")
+	sum := 0
+	for _, c := range b {
+		sum += int(c)
+	}
+	copy(b[148:156], fmt.Sprintf("%06o\x00 ", sum))
+	return b
+}
+
+func pad512(b []byte) []byte {
+	if r := len(b) % 512; r != 0 {
+		b = append(b, make([]byte, 512-r)...)
+	}
+	return b
 }

@@ -57,6 +57,10 @@ type unpacker struct {
 	lim  Limits
 	st   unpackStats
 	buf  []byte
+	// written is the logical size of every regular file so far: a sparse
+	// entry's holes cost nothing in the stream but are written out in
+	// full, so the stream's cap alone would not bound the disk.
+	written int64
 
 	dirs     map[string]dirMeta // metadata applied once all entries exist
 	dirOrder []string
@@ -265,6 +269,10 @@ func (u *unpacker) dir(p, dir, base string, hdr *tar.Header, mode uint32, xattrs
 
 // regular writes a regular file.
 func (u *unpacker) regular(pfd int, p, base string, hdr *tar.Header, r io.Reader, mode uint32, xattrs map[string]string) error {
+	if hdr.Size < 0 || hdr.Size > u.lim.MaxBytes-u.written {
+		return fmt.Errorf("layer files are larger than the %d-byte limit: %w", u.lim.MaxBytes, errdefs.ErrResourceExhausted)
+	}
+	u.written += hdr.Size
 	var fd int
 	err := u.create(pfd, p, base, func() error {
 		var err error
