@@ -103,6 +103,36 @@ func (r *Registry) Get(name string) (Source, error) {
 	return s, nil
 }
 
+// Remove unregisters the template called name, or fails with ErrNotFound.
+// Sandboxes already made from it are not affected; new ones can no longer
+// name it.
+func (r *Registry) Remove(name string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.sources[name]; !ok {
+		return fmt.Errorf("template %q: %w", truncate(name, 80), errdefs.ErrNotFound)
+	}
+	delete(r.sources, name)
+	return nil
+}
+
+// Replace registers s under s.Name(), replacing a source of the same
+// name if there is one (a rebuilt template). Sandboxes already made from
+// the old source are not affected.
+func (r *Registry) Replace(s Source) error {
+	if s == nil {
+		return fmt.Errorf("template: nil source: %w", errdefs.ErrInvalidArgument)
+	}
+	name := s.Name()
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sources[name] = s
+	return nil
+}
+
 // List returns every registered template, sorted by name.
 func (r *Registry) List() []Source {
 	r.mu.RLock()

@@ -120,48 +120,78 @@ func Pull(ctx context.Context, store *layers.Store, name, ref string, opts Optio
 	if err := checkName(store, name, opts.Replace); err != nil {
 		return Result{}, err
 	}
-	r, err := parseRef(ref, opts.Insecure)
+	img, src, err := remoteImage(ctx, ref, opts)
 	if err != nil {
 		return Result{}, err
+	}
+	res, err := importImage(ctx, store, name, img, src, opts)
+	if err != nil {
+		return Result{}, registryError(ctx, src.ref, err)
+	}
+	return res, nil
+}
+
+// PullInto is Pull without a template: it stores the layers of the image
+// ref that the store lacks, pins every layer of the image with lease, and
+// returns the manifest a template of the image would have (Name empty,
+// not saved). Template builders use it for their base image.
+func PullInto(ctx context.Context, lease *layers.Lease, ref string, opts Options) (Result, error) {
+	if lease == nil {
+		return Result{}, fmt.Errorf("import: nil lease: %w", errdefs.ErrInvalidArgument)
+	}
+	img, src, err := remoteImage(ctx, ref, opts)
+	if err != nil {
+		return Result{}, err
+	}
+	m, res, err := fetchImage(ctx, lease, img, src, opts)
+	if err != nil {
+		return Result{}, registryError(ctx, src.ref, err)
+	}
+	res.Manifest = m
+	return res, nil
+}
+
+// remoteImage resolves ref in its registry to one image (an index to the
+// platform's image).
+func remoteImage(ctx context.Context, ref string, opts Options) (v1.Image, imageSource, error) {
+	r, err := parseRef(ref, opts.Insecure)
+	if err != nil {
+		return nil, imageSource{}, err
 	}
 	plat, err := platform(opts.Platform)
 	if err != nil {
-		return Result{}, err
+		return nil, imageSource{}, err
 	}
 	ropts, err := remoteOptions(ctx, r, plat, opts)
 	if err != nil {
-		return Result{}, err
+		return nil, imageSource{}, err
 	}
 	desc, err := remote.Get(r, ropts...)
 	if err != nil {
-		return Result{}, registryError(ctx, r.String(), err)
+		return nil, imageSource{}, registryError(ctx, r.String(), err)
 	}
 	var img v1.Image
 	if desc.MediaType.IsIndex() {
 		idx, ierr := desc.ImageIndex()
 		if ierr != nil {
-			return Result{}, registryError(ctx, r.String(), ierr)
+			return nil, imageSource{}, registryError(ctx, r.String(), ierr)
 		}
 		img, err = selectFromIndex(idx, "", plat, 0)
 	} else {
 		img, err = desc.Image()
 	}
 	if err != nil {
-		return Result{}, registryError(ctx, r.String(), err)
+		return nil, imageSource{}, registryError(ctx, r.String(), err)
 	}
 	digest, err := img.Digest()
 	if err != nil {
-		return Result{}, registryError(ctx, r.String(), err)
+		return nil, imageSource{}, registryError(ctx, r.String(), err)
 	}
 	source := r.Name()
 	if !strings.Contains(source, "@") {
 		source += "@" + digest.String()
 	}
-	res, err := importImage(ctx, store, name, img, imageSource{desc: source, digest: digest.String(), platform: plat, compressed: true}, opts)
-	if err != nil {
-		return Result{}, registryError(ctx, r.String(), err)
-	}
-	return res, nil
+	return img, imageSource{desc: source, digest: digest.String(), platform: plat, compressed: true, ref: r.String()}, nil
 }
 
 // ImportArchive imports an image from a `docker save` archive at path as
@@ -257,56 +287,74 @@ type imageSource struct {
 	// read them uncompressed (docker archives keep plain tars, which
 	// go-containerregistry would otherwise compress first).
 	compressed bool
+	// ref is the registry reference, for error messages (pulls only).
+	ref string
 }
 
 // importImage stores every layer of img that the store lacks and saves
 // the template manifest.
 func importImage(ctx context.Context, store *layers.Store, name string, img v1.Image, src imageSource, opts Options) (Result, error) {
-	if err := checkConfigSize(img, src); err != nil {
+	lease := store.NewLease()
+	defer lease.Release()
+	m, res, err := fetchImage(ctx, lease, img, src, opts)
+	if err != nil {
 		return Result{}, err
+	}
+	m.Name = name
+	saved, err := store.Put(ctx, m, layers.PutOptions{Replace: opts.Replace})
+	if err != nil {
+		return Result{}, err
+	}
+	res.Manifest = saved
+	return res, nil
+}
+
+// fetchImage stores every layer of img that the store lacks, pins all of
+// them with lease and returns the template manifest (without a name).
+func fetchImage(ctx context.Context, lease *layers.Lease, img v1.Image, src imageSource, opts Options) (layers.Manifest, Result, error) {
+	if err := checkConfigSize(img, src); err != nil {
+		return layers.Manifest{}, Result{}, err
 	}
 	cfg, err := img.ConfigFile()
 	if err != nil {
-		return Result{}, fmt.Errorf("read image config: %w", sourceError(err))
+		return layers.Manifest{}, Result{}, fmt.Errorf("read image config: %w", sourceError(err))
 	}
 	if cfg == nil {
-		return Result{}, fmt.Errorf("image has no config: %w", errdefs.ErrInvalidArgument)
+		return layers.Manifest{}, Result{}, fmt.Errorf("image has no config: %w", errdefs.ErrInvalidArgument)
 	}
 	if err := checkPlatform(cfg, src.platform); err != nil {
-		return Result{}, err
+		return layers.Manifest{}, Result{}, err
 	}
 	imgLayers, err := img.Layers()
 	if err != nil {
-		return Result{}, fmt.Errorf("list image layers: %w", sourceError(err))
+		return layers.Manifest{}, Result{}, fmt.Errorf("list image layers: %w", sourceError(err))
 	}
 	diffIDs := cfg.RootFS.DiffIDs
 	switch {
 	case len(imgLayers) == 0:
-		return Result{}, fmt.Errorf("image has no layers: %w", errdefs.ErrInvalidArgument)
+		return layers.Manifest{}, Result{}, fmt.Errorf("image has no layers: %w", errdefs.ErrInvalidArgument)
 	case len(imgLayers) > layers.MaxLayers:
-		return Result{}, fmt.Errorf("image has %d layers, at most %d are supported: %w", len(imgLayers), layers.MaxLayers, errdefs.ErrInvalidArgument)
+		return layers.Manifest{}, Result{}, fmt.Errorf("image has %d layers, at most %d are supported: %w", len(imgLayers), layers.MaxLayers, errdefs.ErrInvalidArgument)
 	case len(diffIDs) != len(imgLayers):
-		return Result{}, fmt.Errorf("image config lists %d layers but the manifest %d: %w", len(diffIDs), len(imgLayers), errdefs.ErrInvalidArgument)
+		return layers.Manifest{}, Result{}, fmt.Errorf("image config lists %d layers but the manifest %d: %w", len(diffIDs), len(imgLayers), errdefs.ErrInvalidArgument)
 	}
 
-	lease := store.NewLease()
-	defer lease.Release()
 	res := Result{Digest: src.digest, Layers: len(imgLayers)}
 	budget := opts.MaxImageBytes
 	if budget <= 0 {
 		budget = DefaultMaxImageBytes
 	}
-	m := layers.Manifest{Name: name, Source: src.desc, Config: imageConfig(cfg)}
+	m := layers.Manifest{Source: src.desc, Config: imageConfig(cfg)}
 	for i, l := range imgLayers {
 		diffID := diffIDs[i].String()
 		if _, err := layers.ParseDiffID(diffID); err != nil {
-			return Result{}, fmt.Errorf("layer %d: %w", i+1, err)
+			return layers.Manifest{}, Result{}, fmt.Errorf("layer %d: %w", i+1, err)
 		}
 		m.Layers = append(m.Layers, diffID)
 		p := Progress{Layer: i + 1, Layers: len(imgLayers), DiffID: diffID}
 		have, err := lease.Has(diffID)
 		if err != nil {
-			return Result{}, err
+			return layers.Manifest{}, Result{}, err
 		}
 		if have {
 			res.Reused++
@@ -317,16 +365,11 @@ func importImage(ctx context.Context, store *layers.Store, name string, img v1.I
 		info, n, err := importLayer(ctx, lease, l, p, src, opts, budget)
 		res.Bytes += n
 		if err != nil {
-			return Result{}, fmt.Errorf("layer %d of %d: %w", i+1, len(imgLayers), err)
+			return layers.Manifest{}, Result{}, fmt.Errorf("layer %d of %d: %w", i+1, len(imgLayers), err)
 		}
 		budget -= info.Size
 	}
-	saved, err := store.Put(ctx, m, layers.PutOptions{Replace: opts.Replace})
-	if err != nil {
-		return Result{}, err
-	}
-	res.Manifest = saved
-	return res, nil
+	return m, res, nil
 }
 
 // importLayer streams one layer into the store.

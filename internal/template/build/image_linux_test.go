@@ -1,0 +1,140 @@
+package build
+
+import (
+	"archive/tar"
+	"bytes"
+	"fmt"
+	"io"
+	"log"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/airlock-sandbox/airlock/internal/template/oci"
+)
+
+// testImage is a one-layer image without a shell: /app, /data owned by
+// the sandbox user, /etc/os-release.
+func testImage(t *testing.T) v1.Image {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range []*tar.Header{
+		{Name: "app/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "data/", Typeflag: tar.TypeDir, Mode: 0o755, Uid: userUID, Gid: userGID},
+		{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "etc/os-release", Typeflag: tar.TypeReg, Mode: 0o644, Size: 5},
+	} {
+		h.ModTime = time.Unix(1700000000, 0)
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Size > 0 {
+			tw.Write([]byte("image"))
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.Config = v1.Config{Env: []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"}, WorkingDir: "app", User: "1000:1000"}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+func TestBuildFromImage(t *testing.T) {
+	requireSandboxes(t)
+	e := setup(t)
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	img := testImage(t)
+	ref, err := name.ParseReference(host+"/test/img:v1", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(ref, img); err != nil {
+		t.Fatal(err)
+	}
+	diffIDs, _ := img.ConfigFile()
+	ctxDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ctxDir, "c.txt"), []byte("copied"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The image's user (1000:1000) runs the step, in its workdir (/app).
+	af := fmt.Sprintf("FROM %s/test/img:v1\nCOPY c.txt /data/\nENV EXTRA=1\nRUN [%q, %q, \"/data/out\", \"from-run\"]\n",
+		host, "/"+runtimeDir+"/bin/airlock", writeCommand)
+	req := Request{Name: "image-test", Airfile: []byte(af), ContextDir: ctxDir, Pull: oci.Options{Insecure: true}}
+	m, events := e.mustBuild(t, req)
+	if got, want := eventTypes(events), []string{"1:step", "2:step", "3:step", "4:step", "4:done"}; !slices.Equal(got, want) {
+		t.Errorf("events %v, want %v", got, want)
+	}
+	progress := 0
+	for _, ev := range events {
+		if ev.Type == EventProgress && ev.Step == 1 && ev.Layers == 1 {
+			progress++
+		}
+	}
+	if progress == 0 {
+		t.Error("no pull progress events")
+	}
+	if len(m.Layers) != 3 || m.Layers[0] != diffIDs.RootFS.DiffIDs[0].String() {
+		t.Fatalf("layers %v, want the image's %v and two more", m.Layers, diffIDs.RootFS.DiffIDs)
+	}
+	if m.Config.Workdir != "/app" || m.Config.User != "1000:1000" || !slices.Contains(m.Config.Env, "LANG=C.UTF-8") || !slices.Contains(m.Config.Env, "EXTRA=1") {
+		t.Errorf("config %+v lost the image's defaults or the ENV", m.Config)
+	}
+	dir, err := e.store.LayerDir(m.Layers[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "data/out")
+	b, err := os.ReadFile(out)
+	fi, _ := os.Lstat(out)
+	if err != nil || string(b) != "from-run" || fi.Sys().(*syscall.Stat_t).Uid != userUID {
+		t.Errorf("RUN layer's data/out: %q %v %+v", b, err, fi)
+	}
+	copied, _ := e.store.LayerDir(m.Layers[1])
+	if b, err := os.ReadFile(filepath.Join(copied, "data/c.txt")); err != nil || string(b) != "copied" {
+		t.Errorf("COPY layer's data/c.txt: %q %v", b, err)
+	}
+
+	// A second build downloads nothing and runs nothing.
+	creates := e.rt.creates.Load()
+	again, events := e.mustBuild(t, req)
+	if got, want := eventTypes(events), []string{"1:cached", "2:cached", "3:cached", "4:cached", "4:done"}; !slices.Equal(got, want) {
+		t.Errorf("second build: events %v, want %v", got, want)
+	}
+	if !slices.Equal(again.Layers, m.Layers) || e.rt.creates.Load() != creates {
+		t.Errorf("second build: layers %v (want %v), %d sandboxes", again.Layers, m.Layers, e.rt.creates.Load()-creates)
+	}
+	e.noBuildSandboxes(t)
+}

@@ -1,0 +1,307 @@
+package build
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/template"
+	"github.com/airlock-sandbox/airlock/internal/template/airfile"
+	"github.com/airlock-sandbox/airlock/internal/template/layers"
+)
+
+// Source is the Manifest.Source of built templates.
+const Source = "airfile"
+
+// Users a RUN step can run as: the agent knows these two.
+const (
+	runRoot = "root"
+	runUser = "user"
+)
+
+// Ids of the two users.
+const (
+	userUID = 1000
+	userGID = 1000
+)
+
+// job is one build in progress.
+type job struct {
+	b     *Builder
+	req   Request
+	file  *airfile.File
+	em    *emitter
+	lease *layers.Lease
+
+	layers []string      // diff IDs so far, lowest first
+	cfg    layers.Config // env, workdir, user, cmd, entrypoint so far
+}
+
+// run executes the build and saves the template.
+func (j *job) run(ctx context.Context) (layers.Manifest, error) {
+	steps := j.file.Steps
+	missed := j.req.NoCache // once a step misses, every later one runs
+	baseID, err := j.resolveBase(ctx)
+	if err != nil {
+		return layers.Manifest{}, err
+	}
+	keys, err := j.file.CacheKeys(ctx, j.req.ContextDir, baseID)
+	if err != nil {
+		return layers.Manifest{}, err
+	}
+	if j.file.Base().Kind == airfile.BaseDebian {
+		if err := j.debianBase(ctx, keys[0], &missed); err != nil {
+			return layers.Manifest{}, err
+		}
+	}
+	if n := len(j.layers) + countLayerSteps(steps); n > layers.MaxLayers {
+		return layers.Manifest{}, fmt.Errorf("the template would have %d layers, at most %d are supported: %w", n, layers.MaxLayers, errdefs.ErrInvalidArgument)
+	}
+	for i := 1; i < len(steps); i++ {
+		s := steps[i]
+		ev := Event{Step: i + 1, Instruction: clip(s.String(), 512)}
+		switch s.Kind {
+		case airfile.KindEnv, airfile.KindUser:
+			if err := j.applyConfig(s); err != nil {
+				return layers.Manifest{}, err
+			}
+			ev.Type = EventStep
+			if !missed {
+				ev.Type = EventCached
+			}
+			j.em.emit(ev)
+			continue
+		case airfile.KindWorkdir:
+			if err := j.applyConfig(s); err != nil {
+				return layers.Manifest{}, err
+			}
+		}
+		if !missed {
+			if e, ok := j.b.cache.get(keys[i]); ok {
+				have := e.Layer == ""
+				if !have {
+					if have, err = j.lease.Has(e.Layer); err != nil {
+						return layers.Manifest{}, err
+					}
+				}
+				if have {
+					if e.Layer != "" {
+						j.layers = append(j.layers, e.Layer)
+					}
+					ev.Type = EventCached
+					j.em.emit(ev)
+					continue
+				}
+				j.b.log.Debug("build cache: layer is gone; rebuilding", "step", i+1, "layer", e.Layer)
+			}
+			missed = true
+		}
+		ev.Type = EventStep
+		j.em.emit(ev)
+		var layer string
+		switch s.Kind {
+		case airfile.KindRun:
+			layer, err = j.runStep(ctx, i+1, s)
+		case airfile.KindCopy, airfile.KindAdd:
+			layer, err = j.copyStep(ctx, s)
+		case airfile.KindWorkdir:
+			layer, err = j.workdirStep(ctx, s)
+		default:
+			err = fmt.Errorf("airfile line %d: unexpected %s step: %w", s.Line, s.Kind, errdefs.ErrInvalidArgument)
+		}
+		if err != nil {
+			return layers.Manifest{}, err
+		}
+		if layer != "" {
+			j.layers = append(j.layers, layer)
+		}
+		if err := j.b.cache.put(keys[i], layer); err != nil {
+			j.b.log.Warn("build cache: not saved", "err", err)
+		}
+	}
+	return j.save(ctx)
+}
+
+// countLayerSteps is the most layers the steps after the base can add.
+func countLayerSteps(steps []airfile.Step) int {
+	n := 0
+	for _, s := range steps[1:] {
+		switch s.Kind {
+		case airfile.KindRun, airfile.KindCopy, airfile.KindAdd, airfile.KindWorkdir:
+			n++
+		}
+	}
+	return n
+}
+
+// save stores the manifest and registers the template.
+func (j *job) save(ctx context.Context) (layers.Manifest, error) {
+	if len(j.layers) == 0 {
+		return layers.Manifest{}, fmt.Errorf("the build produced no layers: %w", errdefs.ErrInvalidArgument)
+	}
+	if err := ctx.Err(); err != nil {
+		return layers.Manifest{}, ctxErr(ctx, "build")
+	}
+	m := layers.Manifest{
+		Name:   j.req.Name,
+		Layers: slices.Clone(j.layers),
+		Config: j.cfg,
+		Source: Source,
+	}
+	saved, err := j.b.cfg.Store.Put(ctx, m, layers.PutOptions{Replace: true})
+	if err != nil {
+		return layers.Manifest{}, err
+	}
+	src, err := template.NewStored(j.b.cfg.Store, j.req.Name)
+	if err == nil {
+		err = j.b.cfg.Templates.Replace(src)
+	}
+	if err != nil {
+		return layers.Manifest{}, fmt.Errorf("template %q saved but not registered: %w", j.req.Name, err)
+	}
+	return saved, nil
+}
+
+// applyConfig applies an ENV, USER or WORKDIR step to the config.
+func (j *job) applyConfig(s airfile.Step) error {
+	switch s.Kind {
+	case airfile.KindEnv:
+		// Values see the environment as it was before the step (as in
+		// Dockerfiles: ENV a=1 b=$a gives b the old a).
+		lookup := j.lookupEnv(slices.Clone(j.cfg.Env))
+		for _, kv := range s.Env {
+			v, err := airfile.Expand(kv.Value, lookup)
+			if err != nil {
+				return fmt.Errorf("airfile line %d: ENV %s: %v: %w", s.Line, kv.Key, err, errdefs.ErrInvalidArgument)
+			}
+			if strings.IndexByte(v, 0) >= 0 {
+				return fmt.Errorf("airfile line %d: ENV %s: NUL byte in the value: %w", s.Line, kv.Key, errdefs.ErrInvalidArgument)
+			}
+			j.cfg.Env = setEnv(j.cfg.Env, kv.Key, v)
+		}
+		if err := j.cfg.Validate(); err != nil {
+			return fmt.Errorf("airfile line %d: %w", s.Line, err)
+		}
+	case airfile.KindUser:
+		u, ok := normalizeUser(s.Args[0])
+		if !ok {
+			return fmt.Errorf("airfile line %d: USER %q: build steps can run only as root (root, 0) or as the sandbox user (user, 1000): %w",
+				s.Line, clip(s.Args[0], 60), errdefs.ErrInvalidArgument)
+		}
+		j.cfg.User = u
+	case airfile.KindWorkdir:
+		w, err := airfile.Expand(s.Args[0], j.lookupEnv(j.cfg.Env))
+		if err != nil {
+			return fmt.Errorf("airfile line %d: WORKDIR: %v: %w", s.Line, err, errdefs.ErrInvalidArgument)
+		}
+		if w == "" || strings.IndexByte(w, 0) >= 0 || len(w) > 4096 {
+			return fmt.Errorf("airfile line %d: WORKDIR: bad path: %w", s.Line, errdefs.ErrInvalidArgument)
+		}
+		if !path.IsAbs(w) {
+			w = path.Join(j.workdir(), w)
+		}
+		j.cfg.Workdir = path.Clean(w)
+	}
+	return nil
+}
+
+// workdir is the working directory of the next step: WORKDIR or /.
+func (j *job) workdir() string {
+	if j.cfg.Workdir == "" {
+		return "/"
+	}
+	return j.cfg.Workdir
+}
+
+// lookupEnv returns a variable lookup over env (KEY=value entries).
+func (j *job) lookupEnv(env []string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		for i := len(env) - 1; i >= 0; i-- {
+			if k, v, _ := strings.Cut(env[i], "="); k == name {
+				return v, true
+			}
+		}
+		return "", false
+	}
+}
+
+// envMap returns the config's environment as a map.
+func (j *job) envMap() map[string]string {
+	m := make(map[string]string, len(j.cfg.Env))
+	for _, kv := range j.cfg.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return m
+}
+
+// setEnv sets key in env, dropping an earlier value.
+func setEnv(env []string, key, value string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k != key {
+			out = append(out, kv)
+		}
+	}
+	return append(out, key+"="+value)
+}
+
+// normalizeUser maps a USER value to the agent user a step runs as.
+// Names, ids and user:group pairs of the two known users are accepted.
+func normalizeUser(u string) (string, bool) {
+	if u == "" {
+		return runRoot, true // images without USER run as root
+	}
+	name, group, hasGroup := strings.Cut(u, ":")
+	var want string
+	switch name {
+	case "root", "0":
+		want = runRoot
+	case "user", "1000":
+		want = runUser
+	default:
+		return "", false
+	}
+	if hasGroup {
+		switch {
+		case want == runRoot && (group == "root" || group == "0"):
+		case want == runUser && (group == "user" || group == "1000"):
+		default:
+			return "", false
+		}
+	}
+	return want, true
+}
+
+// runAs returns the agent user for the current USER, or an error naming
+// the step's line.
+func (j *job) runAs(line int) (string, error) {
+	u, ok := normalizeUser(j.cfg.User)
+	if !ok {
+		return "", fmt.Errorf("airfile line %d: the base image's user %q is not supported in build steps; add USER root or USER user before this step: %w",
+			line, clip(j.cfg.User, 60), errdefs.ErrInvalidArgument)
+	}
+	return u, nil
+}
+
+// owner returns the numeric ids of the current USER (root for users
+// other than the two known ones).
+func (j *job) owner() (int, int) {
+	if u, ok := normalizeUser(j.cfg.User); ok && u == runUser {
+		return userUID, userGID
+	}
+	return 0, 0
+}
+
+// parseID parses a numeric uid or gid of at most 65535.
+func parseID(s string) (int, bool) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n > 65535 || s != strconv.Itoa(n) {
+		return 0, false
+	}
+	return n, true
+}

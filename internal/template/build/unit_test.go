@@ -1,0 +1,295 @@
+package build
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/agentclient"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/template/airfile"
+)
+
+func TestNormalizeUser(t *testing.T) {
+	tests := []struct {
+		in, want string
+		ok       bool
+	}{
+		{"", runRoot, true},
+		{"root", runRoot, true},
+		{"0", runRoot, true},
+		{"0:0", runRoot, true},
+		{"root:root", runRoot, true},
+		{"user", runUser, true},
+		{"1000", runUser, true},
+		{"user:1000", runUser, true},
+		{"1000:user", runUser, true},
+		{"root:user", "", false},
+		{"user:0", "", false},
+		{"nobody", "", false},
+		{"1001", "", false},
+		{"65534:65534", "", false},
+	}
+	for _, tc := range tests {
+		got, ok := normalizeUser(tc.in)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("normalizeUser(%q) = %q, %v; want %q, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestApplyConfig(t *testing.T) {
+	f, err := airfile.Parse(strings.NewReader(`FROM template:x
+ENV A=1 B=two
+ENV C="$A-$B" A=3
+ENV D=${A}${MISSING:-def}
+WORKDIR /srv
+WORKDIR app/$A
+WORKDIR ..
+USER user:1000
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &job{}
+	j.cfg.Env = []string{"PATH=/bin", "A=0"}
+	var workdirs []string
+	for _, s := range f.Steps[1:] {
+		if err := j.applyConfig(s); err != nil {
+			t.Fatalf("line %d: %v", s.Line, err)
+		}
+		if s.Kind == airfile.KindWorkdir {
+			workdirs = append(workdirs, j.cfg.Workdir)
+		}
+	}
+	if want := []string{"PATH=/bin", "B=two", "C=1-two", "A=3", "D=3def"}; !slices.Equal(j.cfg.Env, want) {
+		t.Errorf("env = %v, want %v", j.cfg.Env, want)
+	}
+	if want := []string{"/srv", "/srv/app/3", "/srv/app"}; !slices.Equal(workdirs, want) {
+		t.Errorf("workdirs = %v, want %v", workdirs, want)
+	}
+	if j.cfg.User != runUser {
+		t.Errorf("user = %q", j.cfg.User)
+	}
+	bad, _ := airfile.Parse(strings.NewReader("FROM template:x\nUSER daemon\n"))
+	if err := j.applyConfig(bad.Steps[1]); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "line 2") {
+		t.Errorf("USER daemon: %v", err)
+	}
+}
+
+func TestCacheFile(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "tmp"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, cacheFile)
+	log := slog.New(slog.DiscardHandler)
+	c, err := openCache(path, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1, k2 := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	layer := "sha256:" + strings.Repeat("c", 64)
+	if err := c.put(k1, layer); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.put(k2, ""); err != nil {
+		t.Fatal(err)
+	}
+	// Reopened, the entries are there; nothing is left in tmp/.
+	c2, err := openCache(path, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := c2.get(k1); !ok || e.Layer != layer {
+		t.Errorf("get(k1) = %+v, %v", e, ok)
+	}
+	if e, ok := c2.get(k2); !ok || e.Layer != "" {
+		t.Errorf("get(k2) = %+v, %v", e, ok)
+	}
+	if _, ok := c2.get(strings.Repeat("d", 64)); ok {
+		t.Error("unknown key found")
+	}
+	// Use times read by get are saved by flush.
+	before, _ := os.ReadFile(path)
+	if err := c2.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.ReadFile(path); bytes.Equal(before, after) {
+		t.Error("flush did not save the new use times")
+	}
+	if ents, _ := os.ReadDir(filepath.Join(dir, "tmp")); len(ents) != 0 {
+		t.Errorf("tmp/ holds %d files", len(ents))
+	}
+	// Bad entries are dropped; a damaged file is an empty cache.
+	os.WriteFile(path, []byte(`{"version":1,"entries":{"short":{"layer":""},"`+k1+`":{"layer":"sha256:bad"},"`+k2+`":{"layer":""}}}`), 0o600)
+	c3, err := openCache(path, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c3.entries) != 1 {
+		t.Errorf("entries = %v, want only k2", c3.entries)
+	}
+	for _, bad := range []string{"{", `{"version":99,"entries":{}}`, ""} {
+		os.WriteFile(path, []byte(bad), 0o600)
+		c4, err := openCache(path, log)
+		if err != nil || len(c4.entries) != 0 {
+			t.Errorf("damaged file %q: %v, %d entries", bad, err, len(c4.entries))
+		}
+	}
+}
+
+func TestCacheEviction(t *testing.T) {
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "tmp"), 0o700)
+	c, err := openCache(filepath.Join(dir, cacheFile), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	for i := range maxCacheEntries {
+		c.entries[fmt.Sprintf("%064x", i)] = cacheEntry{Used: old.Add(time.Duration(i) * time.Millisecond)}
+	}
+	if err := c.put(strings.Repeat("f", 64), ""); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.entries) != maxCacheEntries {
+		t.Errorf("%d entries, want %d", len(c.entries), maxCacheEntries)
+	}
+	if _, ok := c.entries[fmt.Sprintf("%064x", 0)]; ok {
+		t.Error("the least recently used entry survived")
+	}
+}
+
+func TestOutputLines(t *testing.T) {
+	var got []string
+	em := &emitter{f: func(ev Event) { got = append(got, ev.Text) }}
+	o := &output{em: em, step: 2}
+	w := o.writer()
+	long := strings.Repeat("x", maxLogLine+10)
+	for _, chunk := range []string{"one\ntw", "o\r\nthree\x1b[0m\tend", "\n", long, "\nlast"} {
+		w.Write([]byte(chunk))
+	}
+	o.flush()
+	want := []string{"one", "two", "three[0m end", strings.Repeat("x", maxLogLine) + "...", "last"}
+	if !slices.Equal(got, want) {
+		t.Errorf("lines = %q\nwant %q", got, want)
+	}
+	o.offline = true
+	err := o.failure(7, &agentclient.ExecResult{Status: agentclient.StatusError, ExitCode: 100}, time.Minute)
+	var re *RunError
+	if !errors.As(err, &re) || re.ExitCode != 100 || re.Line != 7 || !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Fatalf("failure = %v", err)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "exit code 100") || !strings.Contains(msg, "without network access") || !strings.Contains(msg, "\n  last") {
+		t.Errorf("message %q", msg)
+	}
+	if err := o.failure(7, &agentclient.ExecResult{Status: agentclient.StatusTimeout}, time.Minute); !errors.Is(err, errdefs.ErrTimeout) {
+		t.Errorf("timeout: %v", err)
+	}
+}
+
+// tarOf builds a tar from headers (regular files get their name as
+// content).
+func tarOf(t testing.TB, hdrs ...*tar.Header) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range hdrs {
+		body := ""
+		if h.Typeflag == tar.TypeReg {
+			body = h.Name
+			h.Size = int64(len(body))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(tw, body)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestFilterChanges(t *testing.T) {
+	in := tarOf(t,
+		&tar.Header{Name: ".airlock/", Typeflag: tar.TypeDir, Mode: 0o755},
+		&tar.Header{Name: ".airlock/bin/", Typeflag: tar.TypeDir, Mode: 0o755},
+		&tar.Header{Name: ".airlock/bin/airlock", Typeflag: tar.TypeReg, Mode: 0o644},
+		&tar.Header{Name: ".wh..airlock", Typeflag: tar.TypeReg},
+		&tar.Header{Name: ".airlockish", Typeflag: tar.TypeReg, Mode: 0o644},
+		&tar.Header{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755},
+		&tar.Header{Name: "etc/.wh.hostname", Typeflag: tar.TypeReg},
+		&tar.Header{Name: "etc/greeting", Typeflag: tar.TypeReg, Mode: 0o600, Uid: 1000, Gid: 1000},
+		&tar.Header{Name: "./.airlock/x", Typeflag: tar.TypeReg},
+	)
+	var out bytes.Buffer
+	if err := filterChanges(bytes.NewReader(in), &out); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	tr := tar.NewReader(&out)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(tr)
+		names = append(names, fmt.Sprintf("%s:%d:%s", h.Name, h.Uid, body))
+	}
+	want := []string{".airlockish:0:.airlockish", "etc/:0:", "etc/.wh.hostname:0:etc/.wh.hostname", "etc/greeting:1000:etc/greeting"}
+	if !slices.Equal(names, want) {
+		t.Errorf("filtered = %q, want %q", names, want)
+	}
+	if err := filterChanges(bytes.NewReader(in[:700]), io.Discard); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("truncated tar: %v", err)
+	}
+	if err := filterChanges(strings.NewReader(strings.Repeat("junk", 200)), io.Discard); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("junk: %v", err)
+	}
+}
+
+// FuzzFilterChanges feeds arbitrary streams (what a hostile sandbox could
+// send) to the filter: it must return, and whatever it passes on must be
+// a valid tar without the runtime's directory.
+func FuzzFilterChanges(f *testing.F) {
+	f.Add(tarOf(f, &tar.Header{Name: ".airlock/x", Typeflag: tar.TypeReg}, &tar.Header{Name: "a", Typeflag: tar.TypeReg}))
+	f.Add(tarOf(f, &tar.Header{Name: "../../etc/passwd", Typeflag: tar.TypeSymlink, Linkname: "/"}))
+	f.Add([]byte("not a tar"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var out bytes.Buffer
+		if err := filterChanges(bytes.NewReader(data), &out); err != nil {
+			if !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Fatalf("error %v is not ErrInvalidArgument", err)
+			}
+			return
+		}
+		tr := tar.NewReader(&out)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				return
+			}
+			if err != nil {
+				t.Fatalf("filtered stream is not a valid tar: %v", err)
+			}
+			if isRuntimePath(h.Name) {
+				t.Fatalf("runtime path %q passed", h.Name)
+			}
+		}
+	})
+}
