@@ -435,6 +435,10 @@ func parseEnv(s *Step, rest string) error {
 		if value == "" {
 			return problemf("%s needs a value (ENV KEY=VALUE or ENV KEY VALUE)", key)
 		}
+		if strings.HasSuffix(value, "\\") {
+			// Written back, it would read as a line continuation.
+			return problemf("%s: a value in the ENV KEY VALUE form cannot end with a backslash; use ENV KEY=\"VALUE\"", key)
+		}
 		if _, err := Expand(value, nil); err != nil {
 			return problemf("%s: %s", key, err)
 		}
