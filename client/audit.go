@@ -24,7 +24,23 @@ type AuditQuery struct {
 	// Limit caps the records of one page: the server's default (100) if
 	// 0, at most 1000.
 	Limit int
+	// Phase keeps intents (PhaseIntent) or outcomes (PhaseOutcome) only;
+	// empty keeps both. With a phase, a page may hold fewer records than
+	// Limit, even none, while more follow: page on until nextAfter is 0.
+	Phase string
 }
+
+// The phases of an audit record. Every mutation is recorded twice: an
+// intent, committed before the server carried out the action, and its
+// outcome, committed before the server answered, which names the intent
+// in IntentSeq. An intent without an outcome is an action that was
+// started but never answered (in flight, or cut short by a crash of the
+// daemon). A request refused before it did anything has an outcome only,
+// without IntentSeq.
+const (
+	PhaseIntent  = "intent"
+	PhaseOutcome = "outcome"
+)
 
 // AuditRecord is one record of the audit log, with its place in the hash
 // chain.
@@ -37,8 +53,14 @@ type AuditRecord struct {
 	KeyID  string `json:"key_id,omitempty"`
 	Action string `json:"action"`
 	Target string `json:"target,omitempty"`
-	// Outcome is "ok" or the error code of the failure.
+	// Outcome is "intent" for an intent, otherwise "ok" or the error
+	// code of the failure.
 	Outcome string `json:"outcome"`
+	// Phase is PhaseIntent or PhaseOutcome.
+	Phase string `json:"phase"`
+	// IntentSeq is, for an outcome, the Seq of its intent; 0 for a
+	// request refused before it did anything.
+	IntentSeq uint64 `json:"intent_seq,omitempty"`
 	// Details are action-specific facts, as JSON.
 	Details  json.RawMessage `json:"details,omitempty"`
 	PrevHash string          `json:"prev_hash"`
@@ -65,6 +87,13 @@ type AuditReport struct {
 	// Head is the anchor verified up to: keep it off the host and pass
 	// it to a later AuditVerify as a checkpoint.
 	Head AuditHead `json:"head"`
+	// OpenIntents counts the intents, of every tenant, that no outcome
+	// names: actions in flight during the verification, or cut short by a
+	// crash of the daemon. They are not chain errors.
+	OpenIntents uint64 `json:"open_intents"`
+	// OpenIntentSeqs lists the oldest of them that belong to the
+	// caller's tenant (at most 100).
+	OpenIntentSeqs []uint64 `json:"open_intent_seqs,omitempty"`
 }
 
 // AuditList returns a page of the caller's tenant's audit records, in
@@ -92,6 +121,9 @@ func (c *Client) AuditList(ctx context.Context, q AuditQuery) (records []AuditRe
 	}
 	if q.Limit > 0 {
 		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.Phase != "" {
+		v.Set("phase", q.Phase)
 	}
 	var out struct {
 		Records   []AuditRecord `json:"records"`

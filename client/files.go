@@ -109,6 +109,24 @@ func (c *Client) RemoveFile(ctx context.Context, id, path string, recursive bool
 	return c.doJSON(ctx, http.MethodDelete, sandboxPath(id, "/files"), q, nil, nil, http.StatusNoContent)
 }
 
+// MakeDir creates the directory at path in sandbox id (relative paths
+// are relative to the user's home) with its missing parents, like mkdir
+// -p: an existing directory is not an error. It returns the directory's
+// entry. It needs the files scope.
+func (c *Client) MakeDir(ctx context.Context, id, path string) (*FileInfo, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	if err := checkPath(path); err != nil {
+		return nil, err
+	}
+	var out FileInfo
+	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "/files/mkdir"), url.Values{"path": {path}}, nil, &out, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // ListDir lists the directory at path in sandbox id ("" for the user's
 // home) to depth levels (0 or 1: its entries only; the server allows up to
 // 32). truncated reports that the server's entry cap was hit.

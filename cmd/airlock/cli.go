@@ -124,6 +124,11 @@ const cliUsage = `usage: airlock [--url URL] COMMAND [ARG...]
   run [-t TEMPLATE] [exec flags] -- CMD...
   cp SRC DST                one side is ID:PATH; - is stdin or stdout
   shell [-u USER] ID
+  code [-l python|javascript|bash] [-c CODE | -f FILE] [--context C] [-e K=V]...
+       [--timeout D] [--json] ID      (a REPL when no -c/-f and stdin is a terminal)
+  template build NAME (--from IMAGE | --debian SUITE [--packages P,..] | -f AIRFILE [DIR])
+                 [--replace] [--allow-setuid] [--no-cache] [--json]
+  template ls|inspect NAME|rm NAME... [--json]
   audit [--action A] [--target T] [--since T] [--until T] [--limit N] [--json]
   audit verify [--checkpoint SEQ:HASH]... [--json]
   keys create --name N --scope S... [--expires D] [--json]
@@ -163,11 +168,13 @@ func (c *cli) main(ctx context.Context, args []string) (int, error) {
 		"sandbox":   c.sandboxCmd,
 		"sandboxes": c.sandboxCmd,
 		"exec":      c.execCmd,
+		"code":      c.codeCmd,
 		"run":       c.runCmd,
 		"cp":        c.cpCmd,
 		"shell":     c.shellCmd,
 		"audit":     c.auditCmd,
 		"keys":      c.keysCmd,
+		"template":  c.templateCmd,
 		"key":       c.keysCmd,
 	}
 	verb, ok := verbs[args[0]]

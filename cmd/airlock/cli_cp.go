@@ -24,8 +24,8 @@ like ID:PATH as ./ID:PATH).
 
   airlock cp ./file ID:/dst      upload a file; into /dst if it is a directory
                                  (or ends with /)
-  airlock cp ./dir ID:/dst       upload a directory tree (its regular files;
-                                 parent directories are created on the way)
+  airlock cp ./dir ID:/dst       upload a directory tree (its regular files
+                                 and its directories, empty ones included)
   airlock cp - ID:/dst           upload standard input
   airlock cp ID:/src ./dst       download a file, or a directory tree;
                                  into ./dst if it is a directory
@@ -33,8 +33,7 @@ like ID:PATH as ./ID:PATH).
 
 Limits: permissions, owners and times are not copied (downloaded files get
 mode 0644, directories 0755). Symbolic links and special files are skipped
-and reported; so are empty directories when uploading (the API has no
-mkdir). A download of a directory lists at most 32 levels, and fails
+and reported. A download of a directory lists at most 32 levels, and fails
 rather than copy part of a listing the server truncated. A download
 replaces a file only once it has arrived whole.
 `
@@ -134,11 +133,13 @@ func uploadFile(ctx context.Context, cl *client.Client, src, id, dst string) err
 	return nil
 }
 
-// uploadTree copies the regular files under the host directory src to the
-// sandbox directory dst, without following symbolic links.
+// uploadTree copies the host directory src to the sandbox directory dst:
+// its regular files and its directories, without following symbolic
+// links. A file's upload creates its parent directories; directories
+// without a file anywhere below them are made with mkdir.
 func (c *cli) uploadTree(ctx context.Context, cl *client.Client, src, id, dst string) error {
 	filled := map[string]bool{} // directories (relative) that got a file
-	var dirs []string
+	var dirs []string           // every directory, parents first
 	files, skipped := 0, 0
 	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -172,17 +173,44 @@ func (c *cli) uploadTree(ctx context.Context, cl *client.Client, src, id, dst st
 	if err != nil {
 		return err
 	}
-	empty := 0
+	// Make the deepest of the directories no file created: mkdir makes
+	// their parents.
+	made := 0
+	for _, d := range emptyLeaves(dirs, filled) {
+		target := dst
+		if d != "." {
+			target = path.Join(dst, filepath.ToSlash(d))
+		}
+		if _, err := cl.MakeDir(ctx, id, target); err != nil {
+			return fmt.Errorf("%s: %w", target, err)
+		}
+		made++
+	}
+	fmt.Fprintf(c.stderr, "airlock: copied %d files to %s:%s", files, id, dst)
+	if made > 0 {
+		fmt.Fprintf(c.stderr, " (and made %d empty directories)", made)
+	}
+	fmt.Fprintln(c.stderr)
+	return nil
+}
+
+// emptyLeaves returns the directories of dirs (relative paths, "." the
+// root, parents before children) that are not filled and have no
+// unfilled subdirectory: making them makes every unfilled directory.
+func emptyLeaves(dirs []string, filled map[string]bool) []string {
+	hasEmptyChild := map[string]bool{}
 	for _, d := range dirs {
-		if !filled[d] {
-			empty++
+		if !filled[d] && d != "." {
+			hasEmptyChild[filepath.Dir(d)] = true
 		}
 	}
-	if empty > 0 {
-		fmt.Fprintf(c.stderr, "airlock: %d empty directories were not created\n", empty)
+	var out []string
+	for _, d := range dirs {
+		if !filled[d] && !hasEmptyChild[d] {
+			out = append(out, d)
+		}
 	}
-	fmt.Fprintf(c.stderr, "airlock: copied %d files to %s:%s\n", files, id, dst)
-	return nil
+	return out
 }
 
 // download copies src from sandbox id to the host path dst ("-": stdout).

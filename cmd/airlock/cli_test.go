@@ -370,16 +370,17 @@ func TestCLIAudit(t *testing.T) {
 		}
 	}
 	recs := decodeJSON[[]map[string]any](t, e.ok("", "audit", "--action", "sandbox.create", "--json").stdout)
-	if len(recs) != 1 || recs[0]["action"] != "sandbox.create" || recs[0]["target"] != id {
+	// Each mutation is an intent and its outcome.
+	if len(recs) != 2 || recs[0]["outcome"] != "intent" || recs[1]["action"] != "sandbox.create" || recs[1]["target"] != id {
 		t.Errorf("audit --action sandbox.create --json: %+v", recs)
 	}
-	if recs := decodeJSON[[]map[string]any](t, e.ok("", "audit", "--target", id, "--json").stdout); len(recs) != 3 {
-		t.Errorf("audit --target: %d records, want 3", len(recs))
+	if recs := decodeJSON[[]map[string]any](t, e.ok("", "audit", "--target", id, "--json").stdout); len(recs) != 5 {
+		t.Errorf("audit --target: %d records, want 5", len(recs))
 	}
 	if recs := decodeJSON[[]map[string]any](t, e.ok("", "audit", "--limit", "2", "--json").stdout); len(recs) != 2 {
 		t.Errorf("audit --limit 2: %d records", len(recs))
 	}
-	if recs := decodeJSON[[]map[string]any](t, e.ok("", "audit", "--since", "1h", "--json").stdout); len(recs) != 4 {
+	if recs := decodeJSON[[]map[string]any](t, e.ok("", "audit", "--since", "1h", "--json").stdout); len(recs) != 8 {
 		t.Errorf("audit --since 1h: %d records", len(recs))
 	}
 	if recs := decodeJSON[[]map[string]any](t, e.ok("", "audit", "--since", time.Now().Add(time.Hour).Format(time.RFC3339), "--json").stdout); len(recs) != 0 {
@@ -387,7 +388,7 @@ func TestCLIAudit(t *testing.T) {
 	}
 
 	r := e.ok("", "audit", "verify")
-	if !strings.HasPrefix(r.stdout, "ok: 4 records verified") || !strings.Contains(r.stdout, "head: 4:") {
+	if !strings.HasPrefix(r.stdout, "ok: 8 records verified") || !strings.Contains(r.stdout, "head: 8:") {
 		t.Errorf("audit verify: %q", r.stdout)
 	}
 	rep := decodeJSON[map[string]any](t, e.ok("", "audit", "verify", "--json").stdout)

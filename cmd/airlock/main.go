@@ -63,6 +63,11 @@ Client (AIRLOCK_URL, AIRLOCK_API_KEY):
                             create a sandbox, run a command, destroy it
   cp SRC DST                copy files (sandbox paths are ID:PATH)
   shell ID                  interactive shell
+  code [-l LANG] [-c CODE] ID
+                            run code in a stateful Python/JavaScript/bash context
+                            (a REPL without -c)
+  template build|ls|inspect|rm
+                            templates: from an image, Debian or an Airfile
   audit [verify]            the audit log
   keys create|ls|revoke     API keys
 

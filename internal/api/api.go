@@ -1,6 +1,7 @@
 // Package api serves Airlock's public REST API (v1): sandboxes, exec,
 // files and an interactive PTY over WebSocket, the audit log, API keys,
-// plus health endpoints. It is
+// templates (shared by all tenants: list and inspect with sandboxes:read,
+// build and remove with admin), plus health endpoints. It is
 // the one place where internal errors become HTTP statuses and public error
 // codes (see publicError).
 //
@@ -9,9 +10,12 @@
 // and checked for the scope its route needs. Sandboxes belong to the
 // principal's tenant (sandbox.Spec.Owner); a sandbox of another tenant is
 // reported exactly like one that does not exist. Every mutation (create,
-// delete, timeout, exec, file write, file delete, PTY session, key
-// create and revoke, audit verification) is appended to the audit log with
-// its outcome. A tenant sees only its own audit records and keys; the
+// delete, timeout, exec, file write, delete and mkdir, PTY session, key
+// create and revoke) is recorded twice in the audit log: an intent,
+// durable before the action is carried out, and its outcome, durable
+// before the response (see call.begin and call.commit); a request refused
+// before the action, and an audit verification, get one outcome record.
+// A tenant sees only its own audit records and keys; the
 // admin scope does not cross tenants. The wire format is documented in
 // api/openapi.yaml, whose routes a test keeps equal to the routes served.
 package api
@@ -39,9 +43,11 @@ type Authenticator interface {
 	Authenticate(ctx context.Context, token string) (auth.Principal, error)
 }
 
-// Auditor records what was done through the API.
+// Auditor records what was done through the API: it returns once the
+// record is durable, with its Seq, and does not keep ev.Details (the
+// caller goes on adding to the map). *audit.Log satisfies it.
 type Auditor interface {
-	Append(ctx context.Context, ev audit.Event) error
+	AppendRecord(ctx context.Context, ev audit.Event) (audit.Record, error)
 }
 
 // RateLimiter decides whether the key may make one more request now.
@@ -55,16 +61,27 @@ type Quota interface {
 	SandboxQuota(ctx context.Context, tenantID string) (int, error)
 }
 
-// Settings for the http.Server that serves the API (see NewServer). Request
-// headers larger than MaxHeaderBytes are refused by net/http with 431.
+// Settings for the http.Server that serves the API (see NewServer).
+// A request whose line and headers take more than ReadHeaderTimeout to
+// arrive is cut off (slow clients such as slowloris). Request headers
+// larger than MaxHeaderBytes are refused with 431 and the JSON error body
+// (code request_too_large); beyond the server's hard cap of
+// 4*MaxHeaderBytes, net/http refuses them itself with a plain-text 431.
 // There is deliberately no ReadTimeout or WriteTimeout: uploads, streamed
-// exec output and PTY sessions may last long; instead each handler bounds
-// the idle time of bodies and streams (Limits.BodyIdleTimeout and
-// Limits.WriteIdleTimeout).
+// exec output and PTY sessions may last long; instead bodies must keep a
+// minimum rate (Limits.MinBodyRate after Limits.BodyGrace, and never
+// stall for Limits.BodyIdleTimeout), and every response write must be
+// taken by the client within Limits.WriteIdleTimeout.
 const (
 	ReadHeaderTimeout = 10 * time.Second
 	MaxHeaderBytes    = 64 << 10
 	IdleTimeout       = 120 * time.Second
+	// serverMaxHeaderBytes is net/http's own cap.
+	serverMaxHeaderBytes = 4 * MaxHeaderBytes
+	// bodyDrainTimeout bounds how long the server reads the rest of a
+	// body the handler did not read (net/http reads up to 256 KiB of it
+	// to keep the connection alive).
+	bodyDrainTimeout = 2 * time.Second
 )
 
 // Limits caps what one request may ask for. Zero fields take the defaults
@@ -89,9 +106,15 @@ type Limits struct {
 	// BodyIdleTimeout fails a request whose body sends nothing for this
 	// long. Default 60 s.
 	BodyIdleTimeout time.Duration
-	// WriteIdleTimeout fails a streamed response (exec output, file
-	// download) that the client does not read for this long.
-	// Default 60 s.
+	// BodyGrace and MinBodyRate fail a request body that arrives too
+	// slowly (a client trickling it): after BodyGrace, the body must have
+	// kept up MinBodyRate bytes per second on average since the handler
+	// started. Defaults 10 s and 1024 B/s.
+	BodyGrace   time.Duration
+	MinBodyRate int64
+	// WriteIdleTimeout fails a response (JSON, streamed exec output, file
+	// download, PTY output) whose client does not take a write for this
+	// long; a streamed exec is then killed. Default 30 s.
 	WriteIdleTimeout time.Duration
 	// AuditTimeout bounds one append to the audit log. Default 10 s.
 	AuditTimeout time.Duration
@@ -119,7 +142,9 @@ func (l Limits) withDefaults() Limits {
 	defD(&l.DefaultExecTimeout, time.Minute)
 	defD(&l.MaxExecTimeout, time.Hour)
 	defD(&l.BodyIdleTimeout, time.Minute)
-	defD(&l.WriteIdleTimeout, time.Minute)
+	defD(&l.BodyGrace, 10*time.Second)
+	def(&l.MinBodyRate, 1024)
+	defD(&l.WriteIdleTimeout, 30*time.Second)
 	defD(&l.AuditTimeout, 10*time.Second)
 	return l
 }
@@ -148,6 +173,12 @@ type Config struct {
 	// Records, if set, keeps the durable record of every sandbox the API
 	// creates and destroys (see Records and Handler.SyncRecords).
 	Records Records
+	// Code, if set, serves the code interpreter (/code, /contexts);
+	// without it those routes answer 501 not_supported.
+	Code CodeRunner
+	// Templates, if set, serves /v1/templates (list, inspect, build,
+	// remove); without it those routes answer 501 not_supported.
+	Templates *Templates
 	// Ready, if set, is asked by GET /readyz; nil means always ready.
 	Ready func(ctx context.Context) error
 	// Log receives server-side failures; nil discards.
@@ -167,6 +198,8 @@ type Handler struct {
 	auditLog AuditLog
 	keys     KeyManager
 	records  Records
+	code     CodeRunner
+	tpl      *templateService
 	ready    func(ctx context.Context) error
 	log      *slog.Logger
 	lim      Limits
@@ -178,6 +211,10 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Sandboxes == nil || cfg.Auth == nil || cfg.Audit == nil {
 		return nil, fmt.Errorf("api: sandboxes, auth and audit are required: %w", errdefs.ErrInvalidArgument)
 	}
+	tpl, err := newTemplateService(cfg.Templates)
+	if err != nil {
+		return nil, err
+	}
 	h := &Handler{
 		mgr:      cfg.Sandboxes,
 		authn:    cfg.Auth,
@@ -187,6 +224,8 @@ func New(cfg Config) (*Handler, error) {
 		auditLog: cfg.AuditLog,
 		keys:     cfg.Keys,
 		records:  cfg.Records,
+		code:     cfg.Code,
+		tpl:      tpl,
 		ready:    cfg.Ready,
 		log:      cfg.Log,
 		lim:      cfg.Limits.withDefaults(),
@@ -234,9 +273,33 @@ func joinMethods(ms []string) string {
 	return out
 }
 
-// ServeHTTP serves one request.
+// ServeHTTP serves one request: headers over MaxHeaderBytes get 431, the
+// rest of a body the route did not read is drained for at most
+// bodyDrainTimeout, and the end of the response must be taken by the
+// client within Limits.WriteIdleTimeout.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if headerBytes(r) > MaxHeaderBytes {
+		w.Header().Set("Connection", "close")
+		writeError(w, h.log, r, &apiError{status: http.StatusRequestHeaderFieldsTooLarge, code: CodeRequestTooLarge,
+			msg: fmt.Sprintf("request headers are larger than the limit of %d bytes", MaxHeaderBytes)})
+		return
+	}
+	var body *eofBody
+	if r.Body != nil && r.Body != http.NoBody {
+		body = &eofBody{ReadCloser: r.Body}
+		r.Body = body
+	}
+	rc := http.NewResponseController(w)
+	// A keep-alive connection may hold the previous response's deadline.
+	_ = rc.SetWriteDeadline(time.Time{})
 	h.mux.ServeHTTP(w, r)
+	if body != nil && !body.eof && !body.failed {
+		// net/http would wait for the rest without a deadline.
+		_ = rc.SetReadDeadline(time.Now().Add(bodyDrainTimeout))
+	}
+	// net/http flushes what is buffered after the handler: bound that
+	// too (an error means the connection was hijacked; nothing to do).
+	_ = rc.SetWriteDeadline(time.Now().Add(h.lim.WriteIdleTimeout))
 }
 
 // NewServer returns an http.Server for h on addr with the limits above; log
@@ -249,7 +312,7 @@ func NewServer(addr string, h http.Handler, log *slog.Logger) *http.Server {
 		Addr:              addr,
 		Handler:           h,
 		ReadHeaderTimeout: ReadHeaderTimeout,
-		MaxHeaderBytes:    MaxHeaderBytes,
+		MaxHeaderBytes:    serverMaxHeaderBytes,
 		IdleTimeout:       IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -276,6 +339,7 @@ const (
 	ActionSandboxPTY     = "sandbox.pty"
 	ActionFileWrite      = "file.write"
 	ActionFileDelete     = "file.delete"
+	ActionFileMkdir      = "file.mkdir"
 	ActionAuditVerify    = "audit.verify"
 )
 
@@ -295,12 +359,23 @@ func (h *Handler) routes() []route {
 		{"GET", "/v1/sandboxes/{id}/files", auth.ScopeFiles, "", h.readFile},
 		{"DELETE", "/v1/sandboxes/{id}/files", auth.ScopeFiles, ActionFileDelete, h.removeFile},
 		{"GET", "/v1/sandboxes/{id}/files/list", auth.ScopeFiles, "", h.listDir},
+		{"POST", "/v1/sandboxes/{id}/files/mkdir", auth.ScopeFiles, ActionFileMkdir, h.makeDir},
 		{"GET", "/v1/sandboxes/{id}/pty", auth.ScopeExec, ActionSandboxPTY, h.pty},
+		{"POST", "/v1/sandboxes/{id}/code", auth.ScopeExec, ActionSandboxCode, h.runCode},
+		{"POST", "/v1/sandboxes/{id}/contexts", auth.ScopeExec, ActionContextCreate, h.createContext},
+		{"GET", "/v1/sandboxes/{id}/contexts", auth.ScopeExec, "", h.listContexts},
+		{"DELETE", "/v1/sandboxes/{id}/contexts/{cid}", auth.ScopeExec, ActionContextDelete, h.deleteContext},
+		{"POST", "/v1/sandboxes/{id}/contexts/{cid}/restart", auth.ScopeExec, ActionContextRestart, h.restartContext},
+		{"POST", "/v1/sandboxes/{id}/contexts/{cid}/interrupt", auth.ScopeExec, ActionContextInterrupt, h.interruptContext},
 		{"GET", "/v1/audit", auth.ScopeAuditRead, "", h.listAudit},
 		{"POST", "/v1/audit/verify", auth.ScopeAdmin, ActionAuditVerify, h.verifyAudit},
 		{"POST", "/v1/keys", auth.ScopeAdmin, ActionKeyCreate, h.createKey},
 		{"GET", "/v1/keys", auth.ScopeAdmin, "", h.listKeys},
 		{"DELETE", "/v1/keys/{id}", auth.ScopeAdmin, ActionKeyRevoke, h.revokeKey},
+		{"GET", "/v1/templates", auth.ScopeSandboxesRead, "", h.listTemplates},
+		{"POST", "/v1/templates", auth.ScopeAdmin, ActionTemplateBuild, h.buildTemplate},
+		{"GET", "/v1/templates/{name}", auth.ScopeSandboxesRead, "", h.getTemplate},
+		{"DELETE", "/v1/templates/{name}", auth.ScopeAdmin, ActionTemplateDelete, h.deleteTemplate},
 	}
 }
 

@@ -15,8 +15,9 @@ import (
 // AuditLog reads and verifies the audit log for GET /v1/audit and
 // POST /v1/audit/verify. *audit.Log satisfies it.
 type AuditLog interface {
-	// List returns the records q selects in ascending Seq order.
-	List(ctx context.Context, q audit.Query) ([]audit.Record, error)
+	// Select returns a page of the records q selects in ascending Seq
+	// order, of phase only if it is not empty.
+	Select(ctx context.Context, q audit.Query, phase audit.Phase) (audit.Page, error)
 	// Verify checks the whole chain against the given checkpoints.
 	Verify(ctx context.Context, checkpoints ...store.AuditHead) (audit.Report, error)
 }
@@ -61,6 +62,11 @@ type verifyResponse struct {
 	// Reason says what is wrong with FirstBadSeq.
 	Reason string        `json:"reason,omitempty"`
 	Head   auditHeadJSON `json:"head"`
+	// OpenIntents counts the intents (of every tenant) without an
+	// outcome; OpenIntentSeqs lists those of the caller's tenant among
+	// the oldest ones.
+	OpenIntents    uint64   `json:"open_intents"`
+	OpenIntentSeqs []uint64 `json:"open_intent_seqs,omitempty"`
 }
 
 // auditNotServed is the answer of the audit routes without Config.AuditLog.
@@ -69,13 +75,20 @@ func auditNotServed() error {
 }
 
 // parseAuditQuery parses the query of GET /v1/audit for tenant: action,
-// target, since and until (RFC 3339), after (a seq) and limit (1 to
-// store.MaxListLimit, default store.DefaultListLimit).
-func parseAuditQuery(raw, tenant string) (audit.Query, error) {
+// target, since and until (RFC 3339), after (a seq), limit (1 to
+// store.MaxListLimit, default store.DefaultListLimit) and phase (intent or
+// outcome; both if absent).
+func parseAuditQuery(raw, tenant string) (audit.Query, audit.Phase, error) {
 	q := audit.Query{TenantID: tenant, Limit: store.DefaultListLimit}
-	v, err := parseQuery(raw, "action", "target", "since", "until", "after", "limit")
+	v, err := parseQuery(raw, "action", "target", "since", "until", "after", "limit", "phase")
 	if err != nil {
-		return q, err
+		return q, "", err
+	}
+	phase := audit.Phase(v.Get("phase"))
+	switch phase {
+	case "", audit.PhaseIntent, audit.PhaseOutcome:
+	default:
+		return q, "", invalidf("phase must be intent or outcome")
 	}
 	q.Action, q.Target = v.Get("action"), v.Get("target")
 	for _, f := range []struct {
@@ -88,50 +101,48 @@ func parseAuditQuery(raw, tenant string) (audit.Query, error) {
 		}
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
-			return q, invalidf("%s must be an RFC 3339 time such as 2026-01-02T15:04:05Z", f.name)
+			return q, "", invalidf("%s must be an RFC 3339 time such as 2026-01-02T15:04:05Z", f.name)
 		}
 		*f.dst = t.UTC()
 	}
 	if s := v.Get("after"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil || n > maxAuditSeq {
-			return q, invalidf("after must be a record seq from 0 to %d", uint64(maxAuditSeq))
+			return q, "", invalidf("after must be a record seq from 0 to %d", uint64(maxAuditSeq))
 		}
 		q.AfterSeq = n
 	}
 	if s := v.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > store.MaxListLimit {
-			return q, invalidf("limit must be an integer from 1 to %d", store.MaxListLimit)
+			return q, "", invalidf("limit must be an integer from 1 to %d", store.MaxListLimit)
 		}
 		q.Limit = n
 	}
 	if err := q.Validate(); err != nil {
-		return q, invalidf("%s", stripClass(err.Error(), errdefs.ErrInvalidArgument))
+		return q, "", invalidf("%s", stripClass(err.Error(), errdefs.ErrInvalidArgument))
 	}
-	return q, nil
+	return q, phase, nil
 }
 
 // listAudit serves GET /v1/audit: the caller's tenant's records only,
-// whatever its scopes.
+// whatever its scopes. Each record says its phase (intent or outcome) and
+// an outcome the seq of its intent.
 func (h *Handler) listAudit(c *call) error {
 	if h.auditLog == nil {
 		return auditNotServed()
 	}
-	q, err := parseAuditQuery(c.r.URL.RawQuery, c.p.TenantID)
+	q, phase, err := parseAuditQuery(c.r.URL.RawQuery, c.p.TenantID)
 	if err != nil {
 		return err
 	}
-	recs, err := h.auditLog.List(c.r.Context(), q)
+	page, err := h.auditLog.Select(c.r.Context(), q, phase)
 	if err != nil {
 		return err
 	}
-	out := auditListResponse{Records: recs}
+	out := auditListResponse{Records: page.Records, NextAfter: page.NextAfter}
 	if out.Records == nil {
 		out.Records = []audit.Record{}
-	}
-	if len(recs) == q.Limit {
-		out.NextAfter = recs[len(recs)-1].Seq
 	}
 	return c.json(http.StatusOK, out)
 }
@@ -167,8 +178,14 @@ func (h *Handler) verifyAudit(c *call) error {
 		FirstBadSeq: rep.BadSeq,
 		Reason:      clean(rep.Problem),
 		Head:        auditHeadJSON{Seq: rep.Head.Seq, Hash: rep.Head.Hash},
+		OpenIntents: rep.OpenIntents,
 	}
-	c.ev.Details = map[string]any{"ok": rep.OK, "records": rep.Checked, "checkpoints": len(cps)}
+	for _, o := range rep.Open {
+		if o.TenantID == c.p.TenantID {
+			out.OpenIntentSeqs = append(out.OpenIntentSeqs, o.Seq)
+		}
+	}
+	c.ev.Details = map[string]any{"ok": rep.OK, "records": rep.Checked, "checkpoints": len(cps), "open_intents": rep.OpenIntents}
 	if !rep.OK {
 		c.ev.Details["first_bad_seq"] = rep.BadSeq
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/auth"
 )
 
@@ -37,29 +38,55 @@ func TestAuditList(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	recs, next, err := a.AuditList(ctx, client.AuditQuery{})
+	// Every mutation is an intent followed by its outcome.
+	all, next, err := a.AuditList(ctx, client.AuditQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var actions []string
-	for _, r := range recs {
-		actions = append(actions, r.Action)
+	for i, r := range all {
+		actions = append(actions, r.Action+"/"+r.Phase)
 		if r.TenantID != tenantA || r.Target == sbB.ID {
 			t.Errorf("tenant A sees %+v", r)
 		}
 		if len(r.Hash) != 64 || len(r.PrevHash) != 64 || r.Seq == 0 || r.Time.Before(start) {
 			t.Errorf("malformed record %+v", r)
 		}
+		if r.Phase == client.PhaseOutcome && (i == 0 || r.IntentSeq != all[i-1].Seq || all[i-1].Phase != client.PhaseIntent ||
+			all[i-1].Outcome != "intent" || r.Outcome != "ok") {
+			t.Errorf("outcome %+v does not follow its intent", r)
+		}
 	}
-	want := "sandbox.create sandbox.exec file.write sandbox.delete"
+	want := "sandbox.create/intent sandbox.create/outcome sandbox.exec/intent sandbox.exec/outcome " +
+		"file.write/intent file.write/outcome sandbox.delete/intent sandbox.delete/outcome"
 	if got := strings.Join(actions, " "); got != want || next != 0 {
-		t.Errorf("tenant A's actions %q (next %d), want %q (next 0)", got, next, want)
+		t.Errorf("tenant A's records %q (next %d), want %q (next 0)", got, next, want)
 	}
-	if len(recs) == 4 && !strings.Contains(string(recs[1].Details), `"exit_code":3`) {
+	// The outcomes alone read as a list of what was done.
+	recs, next, err := a.AuditList(ctx, client.AuditQuery{Phase: client.PhaseOutcome})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actions = nil
+	for _, r := range recs {
+		actions = append(actions, r.Action)
+	}
+	if got, want := strings.Join(actions, " "), "sandbox.create sandbox.exec file.write sandbox.delete"; got != want || next != 0 {
+		t.Errorf("tenant A's outcomes %q (next %d), want %q (next 0)", got, next, want)
+	}
+	if len(recs) == 4 && (!strings.Contains(string(recs[1].Details), `"exit_code":3`) ||
+		!strings.Contains(string(recs[1].Details), `"command":"exit 3"`)) {
 		t.Errorf("exec details %s", recs[1].Details)
 	}
+	if len(all) == 8 && (!strings.Contains(string(all[2].Details), `"command":"exit 3"`) || strings.Contains(string(all[2].Details), "exit_code")) {
+		t.Errorf("exec intent details %s", all[2].Details)
+	}
+	intents, _, err := a.AuditList(ctx, client.AuditQuery{Phase: client.PhaseIntent})
+	if err != nil || len(intents) != 4 || intents[0].Phase != client.PhaseIntent || intents[0].Target != "" {
+		t.Errorf("tenant A's intents: %+v, %v", intents, err)
+	}
 	// Tenant B, admin too, sees only its own.
-	recsB, _, err := b.AuditList(ctx, client.AuditQuery{})
+	recsB, _, err := b.AuditList(ctx, client.AuditQuery{Phase: client.PhaseOutcome})
 	if err != nil || len(recsB) != 1 || recsB[0].Target != sbB.ID {
 		t.Errorf("tenant B's records: %+v, %v", recsB, err)
 	}
@@ -70,13 +97,15 @@ func TestAuditList(t *testing.T) {
 		q    client.AuditQuery
 		want int
 	}{
-		{"action", client.AuditQuery{Action: "sandbox.exec"}, 1},
-		{"target", client.AuditQuery{Target: sb.ID}, 4},
+		{"action", client.AuditQuery{Action: "sandbox.exec"}, 2},
+		{"action outcome", client.AuditQuery{Action: "sandbox.exec", Phase: client.PhaseOutcome}, 1},
+		{"target", client.AuditQuery{Target: sb.ID}, 7}, // the create's intent has no target yet
 		{"other target", client.AuditQuery{Target: sbB.ID}, 0},
 		{"since future", client.AuditQuery{Since: time.Now().Add(time.Hour)}, 0},
 		{"until past", client.AuditQuery{Until: start}, 0},
-		{"window", client.AuditQuery{Since: start, Until: time.Now().Add(time.Minute)}, 4},
-		{"after", client.AuditQuery{After: recs[1].Seq}, 2},
+		{"window", client.AuditQuery{Since: start, Until: time.Now().Add(time.Minute)}, 8},
+		{"after", client.AuditQuery{After: all[3].Seq}, 4},
+		{"after outcomes", client.AuditQuery{After: all[3].Seq, Phase: client.PhaseOutcome}, 2},
 	}
 	for _, tt := range tests {
 		got, _, err := a.AuditList(ctx, tt.q)
@@ -86,7 +115,7 @@ func TestAuditList(t *testing.T) {
 	}
 	// Paging one record at a time walks all of them in order.
 	var paged []uint64
-	q := client.AuditQuery{Limit: 1}
+	q := client.AuditQuery{Limit: 1, Phase: client.PhaseOutcome}
 	for range 10 {
 		page, next, err := a.AuditList(ctx, q)
 		if err != nil {
@@ -119,7 +148,7 @@ func TestAuditListBadQuery(t *testing.T) {
 		"limit=0", "limit=1001", "limit=x", "since=yesterday", "until=2026-13-01T00:00:00Z",
 		"after=-1", "after=99999999999999999999", "nope=1", "action=a&action=b",
 		"since=2026-01-02T00:00:00Z&until=2026-01-01T00:00:00Z", "action=" + url.QueryEscape("a\x00b"),
-		"target=" + strings.Repeat("x", 2000),
+		"target=" + strings.Repeat("x", 2000), "phase=both", "phase=intent&phase=outcome",
 	} {
 		resp, body := e.do("GET", "/v1/audit?"+q, e.adminA)
 		if resp != 400 || !strings.Contains(body, CodeInvalidArgument) {
@@ -161,8 +190,9 @@ func TestAuditVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.OK || rep.Records != 3 || rep.Head.Seq != 3 || len(rep.Head.Hash) != 64 || rep.FirstBadSeq != 0 {
-		t.Errorf("report %+v, want ok over 3 records", rep)
+	if !rep.OK || rep.Records != 6 || rep.Head.Seq != 6 || len(rep.Head.Hash) != 64 || rep.FirstBadSeq != 0 ||
+		rep.OpenIntents != 0 || len(rep.OpenIntentSeqs) != 0 {
+		t.Errorf("report %+v, want ok over 3 intents and their outcomes", rep)
 	}
 	// The verification itself is audited.
 	recs, _, err := a.AuditList(ctx, client.AuditQuery{Action: ActionAuditVerify})
@@ -171,7 +201,7 @@ func TestAuditVerify(t *testing.T) {
 	}
 	// The saved head still matches; a forged one does not.
 	rep2, err := a.AuditVerify(ctx, rep.Head)
-	if err != nil || !rep2.OK || rep2.Records != 4 {
+	if err != nil || !rep2.OK || rep2.Records != 7 {
 		t.Errorf("verify with the saved head: %+v, %v", rep2, err)
 	}
 	forged := client.AuditHead{Seq: 2, Hash: strings.Repeat("ab", 32)}
@@ -188,6 +218,22 @@ func TestAuditVerify(t *testing.T) {
 	// Admin only.
 	if _, err := e.client(e.key(tenantA, auth.ScopeAuditRead)).AuditVerify(ctx); !errors.Is(err, client.ErrForbidden) {
 		t.Errorf("verify without admin: %v", err)
+	}
+
+	// An action cut short by a crash (an intent without an outcome) is
+	// reported, to its tenant only, and does not break the chain.
+	in, err := e.log.AppendRecord(ctx, audit.Event{TenantID: tenantA, KeyID: "k", Action: ActionSandboxExec,
+		Target: "sb-x", Outcome: audit.OutcomeIntent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep4, err := a.AuditVerify(ctx)
+	if err != nil || !rep4.OK || rep4.OpenIntents != 1 || len(rep4.OpenIntentSeqs) != 1 || rep4.OpenIntentSeqs[0] != in.Seq {
+		t.Errorf("verify with an open intent: %+v, %v", rep4, err)
+	}
+	rep5, err := e.client(e.adminB).AuditVerify(ctx)
+	if err != nil || !rep5.OK || rep5.OpenIntents != 1 || len(rep5.OpenIntentSeqs) != 0 {
+		t.Errorf("tenant B's verify with tenant A's open intent: %+v, %v", rep5, err)
 	}
 }
 
@@ -212,13 +258,17 @@ func FuzzAuditQuery(f *testing.F) {
 	for _, s := range []string{
 		"", "action=sandbox.exec&target=sb-x&limit=5", "since=2026-01-02T00:00:00Z&until=2026-01-03T00:00:00.5%2B01:00",
 		"after=18446744073709551615", "limit=1000", "limit=1001", "tenant=other", "action=%00", "since=0001-01-01T00:00:00Z",
+		"phase=intent", "phase=outcome&limit=3", "phase=",
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		q, err := parseAuditQuery(s, tenantA)
+		q, phase, err := parseAuditQuery(s, tenantA)
 		if err != nil {
 			return
+		}
+		if phase != "" && phase != audit.PhaseIntent && phase != audit.PhaseOutcome {
+			t.Fatalf("accepted phase %q", phase)
 		}
 		if q.TenantID != tenantA || q.Limit < 1 || q.Limit > 1000 || q.AfterSeq > maxAuditSeq {
 			t.Fatalf("accepted %q as %+v", s, q)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -51,24 +52,31 @@ func (f *fakeAuth) Authenticate(ctx context.Context, token string) (auth.Princip
 	return p, nil
 }
 
-// fakeAudit records events; fail makes Append fail.
+// fakeAudit records events; fail makes AppendRecord fail, failOutcomes
+// only for outcomes (intents are recorded).
 type fakeAudit struct {
-	mu     sync.Mutex
-	events []audit.Event
-	fail   error
+	mu           sync.Mutex
+	all          []audit.Event // every event; the Seq of all[i] is i+1
+	taken        int           // events before this one were returned by take
+	fail         error
+	failOutcomes error
 }
 
-func (f *fakeAudit) Append(ctx context.Context, ev audit.Event) error {
+func (f *fakeAudit) AppendRecord(ctx context.Context, ev audit.Event) (audit.Record, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fail != nil {
-		return f.fail
+		return audit.Record{}, f.fail
+	}
+	if f.failOutcomes != nil && ev.Outcome != audit.OutcomeIntent {
+		return audit.Record{}, f.failOutcomes
 	}
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return audit.Record{}, ctx.Err()
 	}
-	f.events = append(f.events, ev)
-	return nil
+	ev.Details = maps.Clone(ev.Details) // as the real log, which encodes them at once
+	f.all = append(f.all, ev)
+	return audit.Record{Seq: uint64(len(f.all)), Action: ev.Action, Outcome: ev.Outcome}, nil
 }
 
 func (f *fakeAudit) setFail(err error) {
@@ -77,13 +85,40 @@ func (f *fakeAudit) setFail(err error) {
 	f.mu.Unlock()
 }
 
-// take returns and forgets the events recorded so far.
+func (f *fakeAudit) setFailOutcomes(err error) {
+	f.mu.Lock()
+	f.failOutcomes = err
+	f.mu.Unlock()
+}
+
+// take returns the events recorded since the last call.
 func (f *fakeAudit) take() []audit.Event {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	ev := f.events
-	f.events = nil
+	ev := slices.Clone(f.all[f.taken:])
+	f.taken = len(f.all)
 	return ev
+}
+
+// event returns the event with Seq seq, if any.
+func (f *fakeAudit) event(seq uint64) (audit.Event, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if seq == 0 || seq > uint64(len(f.all)) {
+		return audit.Event{}, false
+	}
+	return f.all[seq-1], true
+}
+
+// outcomes returns the outcome events among evs (intents dropped).
+func outcomes(evs []audit.Event) []audit.Event {
+	var out []audit.Event
+	for _, ev := range evs {
+		if ev.Outcome != audit.OutcomeIntent {
+			out = append(out, ev)
+		}
+	}
+	return out
 }
 
 // fakeLimiter denies the keys in deny.

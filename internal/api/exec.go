@@ -202,6 +202,9 @@ func encodeOutput(b []byte) (text, b64 *string) {
 // wantsNDJSON reports whether the Accept header asks for streamed output.
 func wantsNDJSON(r *http.Request) bool {
 	for _, v := range r.Header.Values("Accept") {
+		if !strings.Contains(v, ndjsonType) {
+			continue
+		}
 		for _, part := range strings.Split(v, ",") {
 			if mt, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && mt == ndjsonType {
 				return true
@@ -228,6 +231,9 @@ func (h *Handler) exec(c *call) error {
 	c.ev.Details = map[string]any{"command": req.commandText()}
 	if req.User != "" {
 		c.ev.Details["user"] = req.User
+	}
+	if err := c.begin(); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(c.r.Context(), areq.Timeout+execGrace)
 	defer cancel()
@@ -290,9 +296,14 @@ func (b *capBuffer) Write(p []byte) (int, error) {
 // execStream runs the exec with its output streamed as NDJSON lines. The
 // status line is sent once the process has started, so that errors up to
 // then are ordinary JSON errors. After that, a failure of the agent
-// stream ends the response with an {"type":"error"} line.
+// stream ends the response with an {"type":"error"} line. A client that
+// stops taking the output (no write succeeds for Limits.WriteIdleTimeout)
+// or goes away has the process killed: what is buffered for it meanwhile
+// is bounded by the agent stream's flow-control window.
 func (h *Handler) execStream(ctx context.Context, c *call, id string, areq agentclient.ExecRequest) error {
-	nw := &ndjsonWriter{c: c, rc: http.NewResponseController(c.w), idle: h.lim.WriteIdleTimeout}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	nw := &ndjsonWriter{c: c, rc: http.NewResponseController(c.w), idle: h.lim.WriteIdleTimeout, onFail: cancel}
 	defer nw.done()
 	stdin := areq.Stdin
 	areq.Stdin = nil
@@ -332,6 +343,7 @@ func (h *Handler) execStream(ctx context.Context, c *call, id string, areq agent
 		}
 		c.record(outcomeOf(err))
 		nw.writeError(err)
+		nw.abortIfFailed()
 		return nil // the stream has started: the error line reports it
 	}
 	if inErr != nil {
@@ -344,18 +356,34 @@ func (h *Handler) execStream(ctx context.Context, c *call, id string, areq agent
 	out := resultJSON(res)
 	out.Type = "exit"
 	_ = nw.writeLine(out)
+	nw.abortIfFailed()
 	return nil
 }
 
 // ndjsonWriter writes NDJSON lines, each flushed at once, with an idle
 // write deadline. It is safe for concurrent use.
 type ndjsonWriter struct {
-	c       *call
-	rc      *http.ResponseController
-	idle    time.Duration
+	c    *call
+	rc   *http.ResponseController
+	idle time.Duration
+	// onFail is called once at the first write failure.
+	onFail  func()
 	mu      sync.Mutex
 	started bool
 	err     error // the first write failure; later writes are dropped
+}
+
+// failLocked records the first write failure.
+func (nw *ndjsonWriter) failLocked(err error) error {
+	if nw.err == nil {
+		nw.err = err
+		// Whatever net/http still tries to write fails at once.
+		_ = nw.rc.SetWriteDeadline(aLongTimeAgo)
+		if nw.onFail != nil {
+			nw.onFail()
+		}
+	}
+	return nw.err
 }
 
 // start sends the status line and headers (once).
@@ -375,8 +403,10 @@ func (nw *ndjsonWriter) startLocked() error {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
 	nw.c.w.WriteHeader(http.StatusOK)
-	nw.err = nw.flushLocked()
-	return nw.err
+	if err := nw.flushLocked(); err != nil {
+		return nw.failLocked(err)
+	}
+	return nil
 }
 
 func (nw *ndjsonWriter) flushLocked() error {
@@ -395,16 +425,29 @@ func (nw *ndjsonWriter) writeLine(v any) error {
 	if err := nw.startLocked(); err != nil {
 		return err
 	}
+	if nw.err != nil {
+		return nw.err
+	}
 	_ = nw.rc.SetWriteDeadline(time.Now().Add(nw.idle))
 	if _, err := nw.c.w.Write(append(b, '\n')); err != nil {
-		nw.err = err
-		return err
+		return nw.failLocked(err)
 	}
 	if err := nw.flushLocked(); err != nil {
-		nw.err = err
-		return err
+		return nw.failLocked(err)
 	}
 	return nil
+}
+
+// abortIfFailed cuts the connection if a write failed: the client is not
+// taking the output (or is gone), and net/http would otherwise go on
+// trying to write the end of the response.
+func (nw *ndjsonWriter) abortIfFailed() {
+	nw.mu.Lock()
+	failed := nw.err != nil
+	nw.mu.Unlock()
+	if failed {
+		abortConn(nw.rc)
+	}
 }
 
 // writeError ends the stream with an error line.
@@ -415,9 +458,13 @@ func (nw *ndjsonWriter) writeError(err error) {
 }
 
 // done clears the write deadline so that it does not outlive the request
-// on a kept-alive connection.
+// on a kept-alive connection, unless a write failed.
 func (nw *ndjsonWriter) done() {
-	_ = nw.rc.SetWriteDeadline(time.Time{})
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	if nw.err == nil {
+		_ = nw.rc.SetWriteDeadline(time.Time{})
+	}
 }
 
 // streamWriter turns one output stream into NDJSON lines. Text is sent in

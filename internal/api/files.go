@@ -161,6 +161,9 @@ func (h *Handler) writeFile(c *call) error {
 	if c.r.ContentLength > h.lim.MaxFileBytes {
 		return &http.MaxBytesError{Limit: h.lim.MaxFileBytes}
 	}
+	if err := c.begin(); err != nil {
+		return err
+	}
 	body := c.idleBody(http.MaxBytesReader(c.w, c.r.Body, h.lim.MaxFileBytes))
 	defer body.done()
 	hr := &hashReader{r: body, h: sha256.New()}
@@ -226,17 +229,29 @@ func (h *Handler) readFile(c *call) error {
 
 // deadlineWriter sets an idle write deadline before each write.
 type deadlineWriter struct {
-	w    io.Writer
-	rc   *http.ResponseController
-	idle time.Duration
+	w      io.Writer
+	rc     *http.ResponseController
+	idle   time.Duration
+	failed bool
 }
 
 func (d *deadlineWriter) Write(p []byte) (int, error) {
 	_ = d.rc.SetWriteDeadline(time.Now().Add(d.idle))
-	return d.w.Write(p)
+	n, err := d.w.Write(p)
+	if err != nil && !d.failed {
+		d.failed = true
+		// Whatever net/http still tries to write fails at once.
+		_ = d.rc.SetWriteDeadline(aLongTimeAgo)
+	}
+	return n, err
 }
 
-func (d *deadlineWriter) done() { _ = d.rc.SetWriteDeadline(time.Time{}) }
+// done clears the deadline, unless a write failed.
+func (d *deadlineWriter) done() {
+	if !d.failed {
+		_ = d.rc.SetWriteDeadline(time.Time{})
+	}
+}
 
 // removeFile serves DELETE /v1/sandboxes/{id}/files?path=P&recursive=B.
 func (h *Handler) removeFile(c *call) error {
@@ -255,6 +270,9 @@ func (h *Handler) removeFile(c *call) error {
 		}
 	}
 	c.ev.Details = map[string]any{"path": path, "recursive": recursive}
+	if err := c.begin(); err != nil {
+		return err
+	}
 	if err := h.mgr.Remove(c.r.Context(), sb.ID, path, recursive); err != nil {
 		return err
 	}
@@ -263,6 +281,32 @@ func (h *Handler) removeFile(c *call) error {
 	}
 	c.w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// makeDir serves POST /v1/sandboxes/{id}/files/mkdir?path=P: the
+// directory is created with its missing parents, like mkdir -p (an
+// existing directory is not an error), and its entry returned.
+func (h *Handler) makeDir(c *call) error {
+	sb, err := c.ownedSandbox()
+	if err != nil {
+		return err
+	}
+	path, _, err := filePath(c)
+	if err != nil {
+		return err
+	}
+	c.ev.Details = map[string]any{"path": path}
+	if err := c.begin(); err != nil {
+		return err
+	}
+	info, err := h.mgr.MakeDir(c.r.Context(), sb.ID, path, true)
+	if err != nil {
+		return err
+	}
+	if err := c.commit(); err != nil {
+		return err
+	}
+	return c.json(http.StatusOK, toEntryJSON(info))
 }
 
 // listDir serves GET /v1/sandboxes/{id}/files/list?path=P&depth=N. The

@@ -158,6 +158,9 @@ func (h *Handler) createKey(c *call) error {
 	if req.ExpiresInS > 0 {
 		c.ev.Details["expires_in_s"] = req.ExpiresInS
 	}
+	if err := c.begin(); err != nil {
+		return err
+	}
 	token, key, err := h.keys.CreateKey(c.r.Context(), c.p.TenantID, req.Name, scopes, expires)
 	if err != nil {
 		return err
@@ -208,6 +211,9 @@ func (h *Handler) revokeKey(c *call) error {
 	id := c.r.PathValue("id")
 	if !keyIDPattern.MatchString(id) {
 		return invalidf("malformed key id")
+	}
+	if err := c.begin(); err != nil {
+		return err
 	}
 	if err := h.keys.RevokeKey(c.r.Context(), c.p.TenantID, id); err != nil {
 		return err

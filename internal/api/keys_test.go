@@ -64,7 +64,7 @@ func TestKeys(t *testing.T) {
 	}
 
 	// Both are audited, without the secret.
-	recs, _, err := a.AuditList(ctx, client.AuditQuery{Target: ck.ID})
+	recs, _, err := a.AuditList(ctx, client.AuditQuery{Target: ck.ID, Phase: client.PhaseOutcome})
 	if err != nil || len(recs) != 3 || recs[0].Action != ActionKeyCreate || recs[1].Action != ActionKeyRevoke {
 		t.Fatalf("key records %+v, %v", recs, err)
 	}
@@ -187,7 +187,7 @@ func TestCreateKeyAuditFailure(t *testing.T) {
 	ctx := context.Background()
 	fa := &fakeAudit{}
 	e := newRealEnv(t, func(c *Config) { c.Audit = fa })
-	fa.setFail(errors.New("audit down"))
+	fa.setFailOutcomes(errors.New("audit down"))
 	_, err := e.client(e.adminA).CreateKey(ctx, client.CreateKeyRequest{Name: "x", Scopes: []string{"exec"}})
 	if !errors.Is(err, client.ErrUnavailable) {
 		t.Fatalf("create with the audit log down: %v", err)

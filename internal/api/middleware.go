@@ -22,15 +22,19 @@ const maxTokenBytes = 1024
 
 // call is one request being served: what handlers get instead of
 // (w, r). For a mutation, ev is the audit event being built: handlers fill
-// Target and Details and call commit on success; a failure is recorded by
-// wrap with the public error code as outcome.
+// Target and Details (the request summary), call begin right before they
+// carry out the action, add the result to Details and call commit on
+// success; a failure is recorded by wrap with the public error code as
+// outcome.
 type call struct {
-	h       *Handler
-	w       *statusWriter
-	r       *http.Request
-	p       auth.Principal
-	ev      audit.Event
-	audited bool
+	h  *Handler
+	w  *statusWriter
+	r  *http.Request
+	p  auth.Principal
+	ev audit.Event
+	// intentSeq is the Seq of the intent record begin wrote (0: none).
+	intentSeq uint64
+	audited   bool
 }
 
 // statusWriter records whether the response has started, so that an error
@@ -115,14 +119,15 @@ func (h *Handler) wrap(rt route) http.Handler {
 
 // fail records a failed mutation and writes the error, unless the
 // response has already started (then the connection is cut, so that the
-// client sees a broken response rather than a silently short one).
+// client sees a broken response rather than a silently short one). The
+// record is the outcome of the intent begin wrote, or, for a request
+// refused before that, a lone outcome.
 func (h *Handler) fail(c *call, err error) {
 	if c.ev.Action != "" && !c.audited {
-		c.ev.Outcome = outcomeOf(err)
-		if aerr := h.appendAudit(c.r.Context(), c.ev); aerr != nil {
+		c.audited = true
+		if aerr := c.appendOutcome(outcomeOf(err)); aerr != nil {
 			h.log.Error("audit append failed", "action", c.ev.Action, "err", aerr)
 		}
-		c.audited = true
 	}
 	if c.w.started() {
 		h.log.Warn("request failed after the response started", "method", c.r.Method, "path", c.r.URL.Path, "err", err)
@@ -131,16 +136,49 @@ func (h *Handler) fail(c *call, err error) {
 	writeError(c.w, h.log, c.r, err)
 }
 
-// commit records the successful mutation. It is called before the 2xx
-// response is written; when the audit log cannot take the event, the
-// request fails with 503 (the caller decides whether to undo the action).
+// begin records the intent of the mutation (who, the action, the target
+// and c.ev.Details, the request summary) and returns once it is durable.
+// Handlers call it after validating the request and right before they
+// carry out the action, so that an action is never done without a trace,
+// even if the daemon dies during it. When the audit log cannot take the
+// intent, nothing is done and the request fails with 503.
+func (c *call) begin() error {
+	if c.ev.Action == "" || c.audited || c.intentSeq != 0 {
+		return nil
+	}
+	ev := c.ev
+	ev.Outcome = audit.OutcomeIntent
+	rec, err := c.h.appendAudit(c.r.Context(), ev)
+	if err != nil {
+		c.audited = true // there is no action whose outcome to record
+		c.h.log.Error("audit append failed", "action", c.ev.Action, "target", c.ev.Target, "err", err)
+		return &apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable,
+			msg: "the audit log is unavailable; nothing was done"}
+	}
+	c.intentSeq = rec.Seq
+	return nil
+}
+
+// appendOutcome appends the outcome record of the mutation.
+func (c *call) appendOutcome(outcome string) error {
+	ev := c.ev
+	ev.Outcome = outcome
+	ev.IntentSeq = c.intentSeq
+	_, err := c.h.appendAudit(c.r.Context(), ev)
+	return err
+}
+
+// commit records the successful mutation's outcome. It is called before
+// the 2xx response is written; when the audit log cannot take the event,
+// the request fails with 503 (the caller decides whether to undo the
+// action). A route whose action changes nothing (audit.verify) calls
+// commit without begin and gets a lone outcome record.
 func (c *call) commit() error {
 	if c.ev.Action == "" || c.audited {
 		return nil
 	}
 	c.audited = true
-	c.ev.Outcome = "ok"
-	if err := c.h.appendAudit(c.r.Context(), c.ev); err != nil {
+	if err := c.appendOutcome(audit.OutcomeOK); err != nil {
 		c.h.log.Error("audit append failed", "action", c.ev.Action, "target", c.ev.Target, "err", err)
 		return &apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable,
 			msg: "the audit log is unavailable; " + auditFailNote(c.ev.Action)}
@@ -148,15 +186,14 @@ func (c *call) commit() error {
 	return nil
 }
 
-// record appends the mutation's event with outcome, for a response that
-// has already started (a stream): a failure can only be logged.
+// record appends the mutation's outcome, for a response that has already
+// started (a stream), before its last line: a failure can only be logged.
 func (c *call) record(outcome string) {
 	if c.ev.Action == "" || c.audited {
 		return
 	}
 	c.audited = true
-	c.ev.Outcome = outcome
-	if err := c.h.appendAudit(c.r.Context(), c.ev); err != nil {
+	if err := c.appendOutcome(outcome); err != nil {
 		c.h.log.Error("audit append failed", "action", c.ev.Action, "target", c.ev.Target, "err", err)
 	}
 }
@@ -172,11 +209,11 @@ func auditFailNote(action string) string {
 
 // appendAudit appends ev, detached from the request's cancellation so
 // that a client that goes away does not erase its trace.
-func (h *Handler) appendAudit(ctx context.Context, ev audit.Event) error {
+func (h *Handler) appendAudit(ctx context.Context, ev audit.Event) (audit.Record, error) {
 	ev.Time = time.Now().UTC()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.lim.AuditTimeout)
 	defer cancel()
-	return h.auditor.Append(ctx, ev)
+	return h.auditor.AppendRecord(ctx, ev)
 }
 
 // auditTarget caps a target taken from the URL.
@@ -216,7 +253,9 @@ func (h *Handler) authenticate(r *http.Request) (auth.Principal, error) {
 	return p, nil
 }
 
-// json writes v as a JSON response with status.
+// json writes v as a JSON response with status. A client that does not
+// take the response within Limits.WriteIdleTimeout loses it (a response
+// larger than the socket's buffers would otherwise hold the handler).
 func (c *call) json(status int, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -227,8 +266,64 @@ func (c *call) json(status int, v any) error {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
 	c.w.WriteHeader(status)
-	_, _ = c.w.Write(append(b, '\n'))
+	if len(b) < smallResponse {
+		_, _ = c.w.Write(append(b, '\n'))
+		return nil
+	}
+	rc := http.NewResponseController(c.w)
+	_ = rc.SetWriteDeadline(time.Now().Add(c.h.lim.WriteIdleTimeout))
+	if _, err := c.w.Write(append(b, '\n')); err != nil {
+		abortConn(rc)
+	}
+	if err := rc.Flush(); err != nil {
+		abortConn(rc)
+	}
+	_ = rc.SetWriteDeadline(time.Time{})
 	return nil
+}
+
+// aLongTimeAgo is a deadline that has passed.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// abortConn gives up on a response whose client does not take it: the
+// connection is closed without net/http trying to write any more of it.
+func abortConn(rc *http.ResponseController) {
+	_ = rc.SetWriteDeadline(aLongTimeAgo)
+	panic(http.ErrAbortHandler)
+}
+
+// smallResponse is a response size that the socket's buffers take at
+// once unless the client has left earlier responses unread; net/http's
+// final flush of it is bounded by ServeHTTP.
+const smallResponse = 32 << 10
+
+// headerBytes is the size of r's request line and headers as they came
+// in (close enough: each line's separators are counted as 4 bytes).
+func headerBytes(r *http.Request) int {
+	n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4 + len("Host: ") + len(r.Host) + 4
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
+}
+
+// eofBody records whether a request body was read to its end, or failed.
+type eofBody struct {
+	io.ReadCloser
+	eof, failed bool
+}
+
+func (b *eofBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == io.EOF:
+		b.eof = true
+	case err != nil:
+		b.failed = true
+	}
+	return n, err
 }
 
 // decodeJSON reads the request body as one JSON value into v: at most
@@ -297,33 +392,62 @@ func bodyErr(err error) error {
 	}
 	var ne interface{ Timeout() bool }
 	if errors.As(err, &ne) && ne.Timeout() {
-		return &apiError{status: http.StatusRequestTimeout, code: CodeTimeout, msg: "the request body stalled"}
+		return &apiError{status: http.StatusRequestTimeout, code: CodeTimeout, msg: "the request body stalled or arrived too slowly"}
 	}
 	return &apiError{status: http.StatusBadRequest, code: CodeInvalidArgument, msg: "could not read the request body"}
 }
 
-// idleReader fails a body that sends nothing for Limits.BodyIdleTimeout.
-// done must be called once the body is consumed: it clears the deadline,
-// which would otherwise also end net/http's background read and with it
-// the request's context.
+// idleReader fails a body that sends nothing for Limits.BodyIdleTimeout,
+// or that falls below Limits.MinBodyRate on average once Limits.BodyGrace
+// has passed (a client trickling its body). done must be called once the
+// body is consumed: it clears the deadline, which would otherwise also end
+// net/http's background read and with it the request's context.
 type idleReader struct {
-	r    io.Reader
-	rc   *http.ResponseController
-	idle time.Duration
-	ok   bool // the deadline can be set
+	r     io.Reader
+	hdr   http.Header // the response's
+	rc    *http.ResponseController
+	idle  time.Duration
+	start time.Time
+	grace time.Duration
+	rate  int64 // bytes per second
+	n     int64 // bytes read so far
+	ok    bool  // the deadline can be set
 }
 
 func (c *call) idleBody(r io.Reader) *idleReader {
-	return &idleReader{r: r, rc: http.NewResponseController(c.w), idle: c.h.lim.BodyIdleTimeout, ok: true}
+	lim := c.h.lim
+	return &idleReader{r: r, hdr: c.w.Header(), rc: http.NewResponseController(c.w), idle: lim.BodyIdleTimeout,
+		start: time.Now(), grace: lim.BodyGrace, rate: lim.MinBodyRate, ok: true}
+}
+
+// deadline is when the next read must have returned: the idle limit, or
+// when the bytes read so far stop covering the minimum rate.
+func (b *idleReader) deadline(now time.Time) time.Time {
+	d := now.Add(b.idle)
+	if b.rate > 0 {
+		earned := time.Duration(b.n/b.rate)*time.Second + time.Duration(b.n%b.rate)*time.Second/time.Duration(b.rate)
+		if r := b.start.Add(b.grace + earned); r.Before(d) {
+			d = r
+		}
+	}
+	return d
 }
 
 func (b *idleReader) Read(p []byte) (int, error) {
 	if b.ok {
-		if err := b.rc.SetReadDeadline(time.Now().Add(b.idle)); err != nil {
+		if err := b.rc.SetReadDeadline(b.deadline(time.Now())); err != nil {
 			b.ok = false
 		}
 	}
-	return b.r.Read(p)
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	var ne interface{ Timeout() bool }
+	if err != nil && errors.As(err, &ne) && ne.Timeout() {
+		// Answer at once and close: net/http would otherwise read on
+		// from this client before it sends the response.
+		b.hdr.Set("Connection", "close")
+	}
+	return n, err
 }
 
 func (b *idleReader) done() {

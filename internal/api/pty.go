@@ -139,6 +139,9 @@ func (h *Handler) pty(c *call) error {
 	if params.user != "" {
 		c.ev.Details["user"] = params.user
 	}
+	if err := c.begin(); err != nil {
+		return err
+	}
 	conn, err := websocket.Accept(c.w, c.r, nil)
 	if err != nil {
 		// Accept has answered with an HTTP error.

@@ -187,7 +187,7 @@ func TestRecordsUndo(t *testing.T) {
 	fa := &fakeAudit{}
 	e := newRealEnv(t, func(c *Config) { c.Audit = fa })
 	a := e.client(e.adminA)
-	fa.setFail(errors.New("audit down"))
+	fa.setFailOutcomes(errors.New("audit down"))
 	if _, err := a.CreateSandbox(ctx, client.CreateSandboxRequest{}); !errors.Is(err, client.ErrUnavailable) {
 		t.Fatalf("create with the audit log down: %v", err)
 	}

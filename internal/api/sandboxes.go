@@ -209,6 +209,9 @@ func (h *Handler) createSandbox(c *call) error {
 	if quota > 0 && len(h.mgr.List(sandbox.Filter{Owner: c.p.TenantID, States: liveStates})) >= quota {
 		return quotaErr(quota)
 	}
+	if err := c.begin(); err != nil {
+		return err
+	}
 	sb, err := h.mgr.Create(c.r.Context(), spec)
 	if err != nil {
 		return err
@@ -349,6 +352,9 @@ func (h *Handler) deleteSandbox(c *call) error {
 	if err != nil {
 		return err
 	}
+	if err := c.begin(); err != nil {
+		return err
+	}
 	if err := h.mgr.Destroy(context.WithoutCancel(c.r.Context()), sb.ID); err != nil {
 		return err
 	}
@@ -378,6 +384,9 @@ func (h *Handler) setTimeout(c *call) error {
 		return invalidf("timeout_s must be between 1 and %d", maxTimeoutS)
 	}
 	c.ev.Details = map[string]any{"timeout_s": req.TimeoutS}
+	if err := c.begin(); err != nil {
+		return err
+	}
 	sb, err = h.mgr.SetTimeout(c.r.Context(), sb.ID, time.Duration(req.TimeoutS)*time.Second)
 	if err != nil {
 		return err

@@ -317,7 +317,7 @@ func TestPTY(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, 10*time.Second, "the pty process to be killed", func() bool {
-		for _, ev := range e.audit.take() {
+		for _, ev := range outcomes(e.audit.take()) {
 			if ev.Action == ActionSandboxPTY {
 				return true
 			}

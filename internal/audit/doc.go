@@ -32,6 +32,27 @@
 //	    assert ph == prev and hashlib.sha256(m).hexdigest() == h, seq
 //	    prev = h
 //
+// # Intents and outcomes
+//
+// The API records every mutation twice, so that a crash between an action
+// and its record cannot hide the action:
+//
+//   - an intent, written and committed before the action is carried out:
+//     Outcome "intent" (OutcomeIntent), with who, the target and a
+//     summary of the request in Details;
+//   - an outcome, written after it: Outcome "ok" or the public error
+//     code, with the request summary and the result in Details, which
+//     also hold "intent_seq", the Seq of the intent.
+//
+// The API answers a request only after its outcome is committed. So every
+// answered mutation has both records, and an action that was started but
+// never answered (the daemon died during it) is an intent that no outcome
+// names: Verify counts these as Report.OpenIntents. A request refused
+// before anything was done (a bad argument, a missing scope) has a single
+// outcome record without "intent_seq". Record.Phase and Record.IntentSeq
+// present this reading of Outcome and Details; they are not stored fields
+// and the hash does not cover them separately.
+//
 // # What Verify detects, and what it cannot
 //
 // Verify walks the chain from Seq 1 and reports the first bad record: an
@@ -54,11 +75,13 @@
 //
 // Append returns only after the record is committed to the store (with
 // sqlitestore's defaults: written to the WAL, surviving a kill of the
-// daemon; see that package for power loss). One writer goroutine commits
-// for everyone: it takes every Append waiting in the queue (up to
-// Options.MaxBatch), computes their hashes and stores them in a single
-// transaction, then wakes their callers. Under concurrency the cost of a
-// commit is shared by the whole batch.
+// daemon; see that package for power loss). An Append that finds the log
+// idle commits its own record at once, in its own goroutine. Otherwise it
+// queues up, and one writer goroutine commits for everyone waiting: it
+// takes every Append in the queue (up to Options.MaxBatch), computes their
+// hashes and stores them in a single transaction, then wakes their
+// callers. Under concurrency the cost of a commit is shared by the whole
+// batch; alone, an Append pays for no goroutine handoff.
 //
 // # Bounded sizes
 //

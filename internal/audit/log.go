@@ -76,26 +76,38 @@ type Log struct {
 	queue  chan *pending
 	stop   chan struct{} // closed by Close
 	exited chan struct{} // closed when the writer returns
+	wctx   context.Context
 	cancel context.CancelFunc
 	once   sync.Once
 
 	// preparing counts appends between their start and their arrival in
 	// the queue.
 	preparing atomic.Int64
+	// active counts the appends in progress, from call to return.
+	active atomic.Int64
+
+	// commitMu is held while records are chained onto the head and
+	// stored: by the writer for a batch, or by an Append that found the
+	// log idle and commits its own record (see AppendRecord).
+	commitMu sync.Mutex
+	stale    bool // the head must be reloaded from the store (commitMu)
+	closed   bool // no more inline commits (commitMu)
 
 	mu   sync.Mutex
-	head store.AuditHead // last committed record, as the writer knows it
+	head store.AuditHead // last committed record
 }
 
 // pending is one Append waiting for its batch's commit.
 type pending struct {
-	rec  store.AuditRecord
-	done chan result // buffered, receives exactly once
+	rec       store.AuditRecord
+	intentSeq uint64
+	done      chan result // buffered, receives exactly once
 }
 
 type result struct {
-	rec store.AuditRecord
-	err error
+	rec       store.AuditRecord
+	intentSeq uint64
+	err       error
 }
 
 // New loads the head of the chain from st and starts the writer. Only one
@@ -117,6 +129,7 @@ func New(ctx context.Context, st store.AuditStore, opts Options) (*Log, error) {
 		queue:  make(chan *pending, opts.QueueSize),
 		stop:   make(chan struct{}),
 		exited: make(chan struct{}),
+		wctx:   wctx,
 		cancel: cancel,
 		head:   head,
 	}
@@ -135,8 +148,26 @@ func (l *Log) Append(ctx context.Context, ev Event) error {
 }
 
 // AppendRecord is Append returning the stored record.
+//
+// An append that finds the log idle (no other append in progress, no
+// commit, nothing queued) commits its record itself, in the calling
+// goroutine: a lone request does not pay for two goroutine handoffs to
+// and from the writer. Concurrent appends queue up for the writer, which
+// commits them together (group commit).
 func (l *Log) AppendRecord(ctx context.Context, ev Event) (Record, error) {
-	p, err := l.enqueue(ctx, ev)
+	alone := l.active.Add(1) == 1
+	defer l.active.Add(-1)
+	l.preparing.Add(1)
+	rec, err := prepare(ev, l.opts.Now(), l.opts.MaxDetailsBytes)
+	if err != nil {
+		l.preparing.Add(-1)
+		return Record{}, err
+	}
+	if alone && l.active.Load() == 1 && len(l.queue) == 0 && l.commitMu.TryLock() {
+		l.preparing.Add(-1)
+		return l.commitInline(ctx, rec, ev.IntentSeq)
+	}
+	p, err := l.enqueue(ctx, rec, ev.IntentSeq)
 	if err != nil {
 		return Record{}, err
 	}
@@ -155,15 +186,46 @@ func (l *Log) AppendRecord(ctx context.Context, ev Event) (Record, error) {
 	}
 }
 
-// enqueue prepares ev and hands it to the writer.
-func (l *Log) enqueue(ctx context.Context, ev Event) (*pending, error) {
-	l.preparing.Add(1)
-	defer l.preparing.Add(-1)
-	rec, err := prepare(ev, l.opts.Now(), l.opts.MaxDetailsBytes)
-	if err != nil {
-		return nil, err
+// commitInline stores rec as a batch of its own. The caller holds
+// commitMu, which commitInline releases. The commit is bounded by ctx,
+// Options.CommitTimeout and Close.
+func (l *Log) commitInline(ctx context.Context, rec store.AuditRecord, intentSeq uint64) (Record, error) {
+	defer l.commitMu.Unlock()
+	select {
+	case <-l.stop:
+		return Record{}, errClosed
+	default:
 	}
-	p := &pending{rec: rec, done: make(chan result, 1)}
+	if l.closed {
+		return Record{}, errClosed
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.opts.CommitTimeout)
+	defer cancel()
+	stop := context.AfterFunc(l.wctx, cancel) // Close gave up waiting
+	defer stop()
+	recs := [1]store.AuditRecord{rec}
+	if err := l.storeLocked(cctx, recs[:]); err != nil {
+		if ctx.Err() != nil {
+			return Record{}, fmt.Errorf("audit append: outcome unknown: %w", ctxErr(ctx))
+		}
+		return Record{}, err
+	}
+	return appended(recs[0], intentSeq), nil
+}
+
+// appended is the Record of a record just stored (its phase is known).
+func appended(r store.AuditRecord, intentSeq uint64) Record {
+	if r.Outcome == OutcomeIntent {
+		return recordWith(r, PhaseIntent, 0)
+	}
+	return recordWith(r, PhaseOutcome, intentSeq)
+}
+
+// enqueue hands a prepared record to the writer. The caller counted
+// itself in l.preparing; enqueue uncounts it.
+func (l *Log) enqueue(ctx context.Context, rec store.AuditRecord, intentSeq uint64) (*pending, error) {
+	defer l.preparing.Add(-1)
+	p := &pending{rec: rec, intentSeq: intentSeq, done: make(chan result, 1)}
 	select {
 	case <-l.stop:
 		return nil, errClosed
@@ -183,7 +245,7 @@ func (r result) record() (Record, error) {
 	if r.err != nil {
 		return Record{}, r.err
 	}
-	return recordOf(r.rec), nil
+	return appended(r.rec, r.intentSeq), nil
 }
 
 var errClosed = fmt.Errorf("audit log is closed: %w", errdefs.ErrUnavailable)
@@ -209,14 +271,20 @@ func (l *Log) Head() store.AuditHead {
 // store.
 func (l *Log) Close(ctx context.Context) error {
 	l.once.Do(func() { close(l.stop) })
+	var err error
 	select {
 	case <-l.exited:
-		return nil
 	case <-ctx.Done():
 		l.cancel()
 		<-l.exited
-		return fmt.Errorf("audit log close: %w", ctxErr(ctx))
+		err = fmt.Errorf("audit log close: %w", ctxErr(ctx))
 	}
+	// Wait for an inline commit in progress (bounded by CommitTimeout,
+	// or aborted above).
+	l.commitMu.Lock()
+	l.closed = true
+	l.commitMu.Unlock()
+	return err
 }
 
 // run is the writer goroutine: it commits queued appends in batches until
@@ -225,18 +293,17 @@ func (l *Log) run(ctx context.Context) {
 	defer close(l.exited)
 	defer l.cancel()
 	batch := make([]*pending, 0, l.opts.MaxBatch)
-	stale := false
 	for {
 		batch = batch[:0]
 		select {
 		case p := <-l.queue:
 			batch = append(batch, p)
 		case <-l.stop:
-			l.drain(ctx, batch, &stale)
+			l.drain(ctx, batch)
 			return
 		}
 		l.gather(&batch)
-		l.commit(ctx, batch, &stale)
+		l.commit(ctx, batch)
 	}
 }
 
@@ -270,7 +337,7 @@ func (l *Log) gather(batch *[]*pending) {
 }
 
 // drain commits what is left in the queue after Close, unless ctx ends.
-func (l *Log) drain(ctx context.Context, batch []*pending, stale *bool) {
+func (l *Log) drain(ctx context.Context, batch []*pending) {
 	for {
 		select {
 		case p := <-l.queue:
@@ -280,69 +347,75 @@ func (l *Log) drain(ctx context.Context, batch []*pending, stale *bool) {
 			}
 			batch = append(batch, p)
 			if len(batch) == l.opts.MaxBatch {
-				l.commit(ctx, batch, stale)
+				l.commit(ctx, batch)
 				batch = batch[:0]
 			}
 		default:
 			if len(batch) > 0 {
-				l.commit(ctx, batch, stale)
+				l.commit(ctx, batch)
 			}
 			return
 		}
 	}
 }
 
-// commit chains batch onto the head, stores it in one transaction and
-// answers every caller. After a failed commit the head is reloaded from
-// the store before the next one, since a failed commit may still have
-// been applied.
-func (l *Log) commit(ctx context.Context, batch []*pending, stale *bool) {
+// commit stores batch in one transaction and answers every caller.
+func (l *Log) commit(ctx context.Context, batch []*pending) {
 	cctx, cancel := context.WithTimeout(ctx, l.opts.CommitTimeout)
 	defer cancel()
-	fail := func(err error) {
-		for _, p := range batch {
+	recs := make([]store.AuditRecord, len(batch))
+	for i, p := range batch {
+		recs[i] = p.rec
+	}
+	l.commitMu.Lock()
+	err := l.storeLocked(cctx, recs)
+	l.commitMu.Unlock()
+	for i, p := range batch {
+		if err != nil {
 			p.done <- result{err: err}
+		} else {
+			p.done <- result{rec: recs[i], intentSeq: p.intentSeq}
 		}
 	}
+}
+
+// storeLocked chains recs onto the head (filling their Seq, PrevHash and
+// Hash) and stores them in one transaction. The caller holds commitMu.
+// After a failed commit the head is reloaded from the store before the
+// next one, since a failed commit may still have been applied.
+func (l *Log) storeLocked(ctx context.Context, recs []store.AuditRecord) error {
 	l.mu.Lock()
 	head := l.head
 	l.mu.Unlock()
-	if *stale {
-		h, err := l.st.AuditHead(cctx)
+	if l.stale {
+		h, err := l.st.AuditHead(ctx)
 		if err != nil {
-			fail(fmt.Errorf("audit append: %w", err))
-			return
+			return fmt.Errorf("audit append: %w", err)
 		}
-		head, *stale = h, false
+		head, l.stale = h, false
 	}
-	recs := make([]store.AuditRecord, len(batch))
 	prev := head
-	for i, p := range batch {
-		r := p.rec
+	for i := range recs {
+		r := &recs[i]
 		r.Seq = prev.Seq + 1
 		r.PrevHash = prev.Hash
-		h, err := Hash(r)
+		h, err := Hash(*r)
 		if err != nil { // only if the stored head is corrupt
-			*stale = true
-			fail(fmt.Errorf("audit append: head: %w", err))
-			return
+			l.stale = true
+			return fmt.Errorf("audit append: head: %w", err)
 		}
 		r.Hash = h
-		recs[i] = r
 		prev = store.AuditHead{Seq: r.Seq, Hash: r.Hash}
 	}
-	if err := l.st.AppendAudit(cctx, recs); err != nil {
-		*stale = true
+	if err := l.st.AppendAudit(ctx, recs); err != nil {
+		l.stale = true
 		l.opts.Logger.Warn("audit commit failed", "records", len(recs), "first_seq", recs[0].Seq, "err", err)
-		fail(fmt.Errorf("audit append: %w", err))
-		return
+		return fmt.Errorf("audit append: %w", err)
 	}
 	l.mu.Lock()
 	l.head = prev
 	l.mu.Unlock()
-	for i, p := range batch {
-		p.done <- result{rec: recs[i]}
-	}
+	return nil
 }
 
 // Query selects records for List; see store.AuditQuery for the fields.
@@ -360,6 +433,67 @@ func (l *Log) List(ctx context.Context, q Query) ([]Record, error) {
 		out[i] = recordOf(r)
 	}
 	return out, nil
+}
+
+// Page is one page of Select.
+type Page struct {
+	// Records are the records selected, in ascending Seq order.
+	Records []Record
+	// NextAfter is the AfterSeq of the next page; 0 when no record after
+	// this page can match. A page may hold fewer records than the limit
+	// (even none) while NextAfter is not 0: the scan stopped at its bound.
+	NextAfter uint64
+}
+
+// maxScanPages bounds the store pages one Select with a phase filter
+// reads.
+const maxScanPages = 16
+
+// Select returns a page of the records q selects, in ascending Seq order,
+// keeping only those of phase ("" keeps both). Page on with q.AfterSeq set
+// to the NextAfter returned.
+func (l *Log) Select(ctx context.Context, q Query, phase Phase) (Page, error) {
+	switch phase {
+	case "", PhaseIntent, PhaseOutcome:
+	default:
+		return Page{}, fmt.Errorf("audit phase %q: want intent or outcome: %w", store.Clip(string(phase)), errdefs.ErrInvalidArgument)
+	}
+	limit := store.EffectiveLimit(q.Limit)
+	if phase == "" {
+		recs, err := l.List(ctx, q)
+		if err != nil {
+			return Page{}, err
+		}
+		p := Page{Records: recs}
+		if len(recs) == limit {
+			p.NextAfter = recs[len(recs)-1].Seq
+		}
+		return p, nil
+	}
+	scan := q
+	scan.Limit = store.MaxListLimit
+	var out []Record
+	for range maxScanPages {
+		rs, err := l.st.ListAudit(ctx, scan)
+		if err != nil {
+			return Page{}, fmt.Errorf("audit list: %w", err)
+		}
+		for _, r := range rs {
+			rec := recordOf(r)
+			if rec.Phase != phase {
+				continue
+			}
+			out = append(out, rec)
+			if len(out) == limit {
+				return Page{Records: out, NextAfter: rec.Seq}, nil
+			}
+		}
+		if len(rs) < scan.Limit {
+			return Page{Records: out}, nil
+		}
+		scan.AfterSeq = rs[len(rs)-1].Seq
+	}
+	return Page{Records: out, NextAfter: scan.AfterSeq}, nil
 }
 
 // Verify checks the whole chain in the store; see the package Verify.

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -17,23 +18,31 @@ import (
 
 // Record is an Event as the log stored it, with its place in the chain.
 // Details is the stored JSON text, byte for byte what the hash covers.
+// Phase and IntentSeq are derived from Outcome and Details (they are not
+// stored fields of their own).
 type Record struct {
-	Seq      uint64          `json:"seq"`
-	Time     time.Time       `json:"time"`
-	TenantID string          `json:"tenant_id,omitempty"`
-	KeyID    string          `json:"key_id,omitempty"`
-	Action   string          `json:"action"`
-	Target   string          `json:"target,omitempty"`
-	Outcome  string          `json:"outcome"`
-	Details  json.RawMessage `json:"details,omitempty"`
-	PrevHash string          `json:"prev_hash"`
-	Hash     string          `json:"hash"`
+	Seq      uint64    `json:"seq"`
+	Time     time.Time `json:"time"`
+	TenantID string    `json:"tenant_id,omitempty"`
+	KeyID    string    `json:"key_id,omitempty"`
+	Action   string    `json:"action"`
+	Target   string    `json:"target,omitempty"`
+	Outcome  string    `json:"outcome"`
+	// Phase is PhaseIntent or PhaseOutcome.
+	Phase Phase `json:"phase"`
+	// IntentSeq is, for an outcome, the Seq of its intent (0 for a
+	// request refused before anything was done).
+	IntentSeq uint64          `json:"intent_seq,omitempty"`
+	Details   json.RawMessage `json:"details,omitempty"`
+	PrevHash  string          `json:"prev_hash"`
+	Hash      string          `json:"hash"`
 }
 
 // Event returns the record's event, with Details decoded (numbers become
-// json.Number).
+// json.Number). IntentSeq is set from the details, which keep it too.
 func (r Record) Event() (Event, error) {
-	ev := Event{Time: r.Time, TenantID: r.TenantID, KeyID: r.KeyID, Action: r.Action, Target: r.Target, Outcome: r.Outcome}
+	ev := Event{Time: r.Time, TenantID: r.TenantID, KeyID: r.KeyID, Action: r.Action, Target: r.Target,
+		Outcome: r.Outcome, IntentSeq: r.IntentSeq}
 	if len(r.Details) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(r.Details))
 		dec.UseNumber()
@@ -44,10 +53,39 @@ func (r Record) Event() (Event, error) {
 	return ev, nil
 }
 
+// PhaseOf returns the phase of a stored record and, for an outcome, the
+// Seq of its intent (from details' "intent_seq"; 0 if absent or not a
+// positive integer).
+func PhaseOf(outcome string, details []byte) (Phase, uint64) {
+	if outcome == OutcomeIntent {
+		return PhaseIntent, 0
+	}
+	if len(details) == 0 || !bytes.Contains(details, []byte(`"`+intentSeqKey+`"`)) {
+		return PhaseOutcome, 0
+	}
+	var d struct {
+		IntentSeq json.Number `json:"intent_seq"`
+	}
+	if json.Unmarshal(details, &d) != nil {
+		return PhaseOutcome, 0
+	}
+	n, err := strconv.ParseUint(d.IntentSeq.String(), 10, 64)
+	if err != nil {
+		return PhaseOutcome, 0
+	}
+	return PhaseOutcome, n
+}
+
 func recordOf(r store.AuditRecord) Record {
+	phase, intent := PhaseOf(r.Outcome, r.Details)
+	return recordWith(r, phase, intent)
+}
+
+// recordWith is recordOf with the phase and intent seq known.
+func recordWith(r store.AuditRecord, phase Phase, intent uint64) Record {
 	return Record{
 		Seq: r.Seq, Time: r.Time, TenantID: r.TenantID, KeyID: r.KeyID, Action: r.Action,
-		Target: r.Target, Outcome: r.Outcome, Details: json.RawMessage(r.Details),
+		Target: r.Target, Outcome: r.Outcome, Phase: phase, IntentSeq: intent, Details: json.RawMessage(r.Details),
 		PrevHash: r.PrevHash, Hash: r.Hash,
 	}
 }
@@ -142,6 +180,19 @@ func prepare(ev Event, now time.Time, maxDetails int) (store.AuditRecord, error)
 	if t.Before(time.Unix(0, 0)) || t.Year() >= 2262 {
 		return store.AuditRecord{}, fmt.Errorf("audit time %s is outside 1970-2261: %w", t.UTC().Format(time.RFC3339), errdefs.ErrInvalidArgument)
 	}
+	details := ev.Details
+	switch {
+	case ev.IntentSeq > 0 && ev.Outcome == OutcomeIntent:
+		return store.AuditRecord{}, fmt.Errorf("audit intent cannot name an intent seq: %w", errdefs.ErrInvalidArgument)
+	case ev.IntentSeq > maxSeq:
+		return store.AuditRecord{}, fmt.Errorf("audit intent seq %d out of range: %w", ev.IntentSeq, errdefs.ErrInvalidArgument)
+	case ev.IntentSeq > 0:
+		details = make(map[string]any, len(ev.Details)+1)
+		for k, v := range ev.Details {
+			details[k] = v
+		}
+		details[intentSeqKey] = ev.IntentSeq
+	}
 	return store.AuditRecord{
 		Time:     time.Unix(0, t.UnixNano()).UTC(),
 		TenantID: ev.TenantID,
@@ -149,9 +200,12 @@ func prepare(ev Event, now time.Time, maxDetails int) (store.AuditRecord, error)
 		Action:   ev.Action,
 		Target:   cleanTarget(ev.Target),
 		Outcome:  ev.Outcome,
-		Details:  encodeDetails(ev.Details, maxDetails),
+		Details:  encodeDetails(details, maxDetails, ev.IntentSeq),
 	}, nil
 }
+
+// maxSeq is the largest sequence number the store accepts.
+const maxSeq = 1 << 62
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
@@ -193,14 +247,22 @@ func marshalCompact(v any) ([]byte, error) {
 
 // encodeDetails returns the stored form of d: nil for none, the JSON if it
 // fits in max bytes, otherwise a marker object with the beginning of it.
-func encodeDetails(d map[string]any, max int) []byte {
+// A non-zero intentSeq is kept in the marker objects too, so that an
+// outcome never loses the link to its intent.
+func encodeDetails(d map[string]any, max int, intentSeq uint64) []byte {
 	if len(d) == 0 {
 		return nil
 	}
+	marker := func(m map[string]any) []byte {
+		if intentSeq > 0 {
+			m[intentSeqKey] = intentSeq
+		}
+		b, _ := marshalCompact(m)
+		return b
+	}
 	b, err := marshalCompact(d)
 	if err != nil {
-		b, _ = marshalCompact(map[string]string{"_error": "details are not JSON-encodable"})
-		return b
+		return marker(map[string]any{"_error": "details are not JSON-encodable"})
 	}
 	if len(b) <= max {
 		return b
@@ -209,7 +271,7 @@ func encodeDetails(d map[string]any, max int) []byte {
 	// so shrink it until the marker fits.
 	n := max / 2
 	for {
-		m, _ := marshalCompact(map[string]any{"_truncated": true, "_bytes": len(b), "_head": cutUTF8(string(b), n)})
+		m := marker(map[string]any{"_truncated": true, "_bytes": len(b), "_head": cutUTF8(string(b), n)})
 		if len(m) <= max || n == 0 {
 			return m
 		}

@@ -24,7 +24,28 @@ type Report struct {
 	BadSeq uint64 `json:"bad_seq,omitempty"`
 	// Problem says what is wrong with BadSeq.
 	Problem string `json:"problem,omitempty"`
+	// OpenIntents counts the intent records (up to the head) that no
+	// outcome record names: actions in flight while Verify ran, or cut
+	// short by a crash of the daemon. They are not chain errors.
+	OpenIntents uint64 `json:"open_intents"`
+	// Open lists the oldest open intents, at most MaxReportedOpen.
+	Open []OpenIntent `json:"open,omitempty"`
 }
+
+// OpenIntent is an intent record without an outcome.
+type OpenIntent struct {
+	Seq      uint64 `json:"seq"`
+	TenantID string `json:"tenant_id,omitempty"`
+	Action   string `json:"action"`
+	Target   string `json:"target,omitempty"`
+}
+
+// MaxReportedOpen caps Report.Open.
+const MaxReportedOpen = 100
+
+// maxTrackedOpen bounds the open intents Verify remembers while it walks
+// the chain; intents beyond it are counted but cannot be matched.
+const maxTrackedOpen = 1 << 16
 
 // Err returns nil for a good chain, otherwise an error wrapping
 // ErrFailedPrecondition that names the first bad record.
@@ -60,6 +81,8 @@ func Verify(ctx context.Context, st store.AuditStore, checkpoints ...store.Audit
 		cps = cps[1:] // the empty log is a prefix of every log
 	}
 
+	open := map[uint64]OpenIntent{}
+	var untracked uint64
 	prev := store.AuditHead{Hash: store.GenesisHash}
 	for prev.Seq < head.Seq {
 		page, err := st.ListAudit(ctx, store.AuditQuery{AfterSeq: prev.Seq, Limit: verifyPage})
@@ -92,6 +115,14 @@ func Verify(ctx context.Context, st store.AuditStore, checkpoints ...store.Audit
 			}
 			rep.Checked++
 			prev = store.AuditHead{Seq: r.Seq, Hash: r.Hash}
+			switch phase, intent := PhaseOf(r.Outcome, r.Details); {
+			case phase == PhaseIntent && len(open) < maxTrackedOpen:
+				open[r.Seq] = OpenIntent{Seq: r.Seq, TenantID: r.TenantID, Action: r.Action, Target: r.Target}
+			case phase == PhaseIntent:
+				untracked++
+			case intent > 0:
+				delete(open, intent)
+			}
 		}
 		if len(page) < verifyPage {
 			break
@@ -118,6 +149,14 @@ func Verify(ctx context.Context, st store.AuditStore, checkpoints ...store.Audit
 		}
 	}
 	rep.OK = true
+	rep.OpenIntents = uint64(len(open)) + untracked
+	for _, o := range open {
+		rep.Open = append(rep.Open, o)
+	}
+	slices.SortFunc(rep.Open, func(a, b OpenIntent) int { return cmp.Compare(a.Seq, b.Seq) })
+	if len(rep.Open) > MaxReportedOpen {
+		rep.Open = rep.Open[:MaxReportedOpen]
+	}
 	return rep, nil
 }
 

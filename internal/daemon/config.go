@@ -172,8 +172,8 @@ func loadFile(path string, cfg *Config) error {
 }
 
 // envKeys maps every AIRLOCK_* variable the daemon reads to its setter.
-// AIRLOCK_URL and AIRLOCK_API_KEY belong to the client and are ignored
-// here; any other unknown AIRLOCK_* variable is an error, like an unknown
+// AIRLOCK_URL, AIRLOCK_API_KEY and AIRLOCK_REGISTRY_PASSWORD belong to
+// the client and are ignored here; any other unknown AIRLOCK_* variable is an error, like an unknown
 // config key.
 func envKeys(cfg *Config) map[string]func(string) error {
 	str := func(p *string) func(string) error { return func(v string) error { *p = v; return nil } }
@@ -202,7 +202,9 @@ func envKeys(cfg *Config) map[string]func(string) error {
 	}
 }
 
-var clientEnv = map[string]bool{"AIRLOCK_URL": true, "AIRLOCK_API_KEY": true, "AIRLOCK_CONFIG": true}
+var clientEnv = map[string]bool{"AIRLOCK_URL": true, "AIRLOCK_API_KEY": true, "AIRLOCK_CONFIG": true,
+	"AIRLOCK_REGISTRY_PASSWORD": true, // airlock template build
+}
 
 func applyEnv(env map[string]string, cfg *Config) error {
 	setters := envKeys(cfg)

@@ -20,7 +20,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 	}
 	cfg, err := LoadConfig(
 		[]string{"--config", file, "--listen", "127.0.0.1:3"},
-		[]string{"AIRLOCK_LISTEN=127.0.0.1:2", "AIRLOCK_POOL_SIZE=7", "AIRLOCK_URL=ignored", "PATH=/bin"},
+		[]string{"AIRLOCK_LISTEN=127.0.0.1:2", "AIRLOCK_POOL_SIZE=7", "AIRLOCK_URL=ignored", "AIRLOCK_REGISTRY_PASSWORD=ignored", "PATH=/bin"},
 		io.Discard)
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/auth"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/interp"
 	"github.com/airlock-sandbox/airlock/internal/runtime/linux"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/store/sqlitestore"
@@ -150,6 +151,13 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	if err != nil {
 		return err
 	}
+	tstore, err := openTemplateStore(ctx, cfg.DataDir, log.With("component", "templates"))
+	if err != nil {
+		return err
+	}
+	if err := registerStored(templates, tstore.store, log); err != nil {
+		return err
+	}
 	scfg := sandbox.Config{
 		StateDir:        filepath.Join(cfg.DataDir, recordsDir),
 		DefaultTemplate: cfg.DefaultTemplate,
@@ -164,6 +172,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	if err != nil {
 		return err
 	}
+	tstore.mgr.Store(mgr)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("start sandbox manager: %w", err)
 	}
@@ -173,8 +182,21 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		return mgr.Close(cctx)
 	})
 
+	// The code interpreter's contexts; Close detaches from their
+	// processes, which the next daemon adopts.
+	code, err := interp.New(interp.Config{Sandboxes: mgr, Log: log.With("component", "interp")})
+	if err != nil {
+		return err
+	}
+	defer code.Close()
+
+	tplRoutes, err := templateRoutes(cfg.DataDir, tstore, rt, templates, log)
+	if err != nil {
+		return fmt.Errorf("template builder: %w", err)
+	}
 	h, err := api.New(api.Config{
 		Sandboxes: mgr,
+		Code:      code,
 		Auth:      keys,
 		Audit:     auditLog,
 		Limiter:   limiter,
@@ -183,10 +205,11 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 			_, err := st.AuditHead(ctx)
 			return err
 		},
-		AuditLog: auditLog,
-		Keys:     keys,
-		Records:  st,
-		Log:      log.With("component", "api"),
+		AuditLog:  auditLog,
+		Keys:      keys,
+		Records:   st,
+		Templates: tplRoutes,
+		Log:       log.With("component", "api"),
 	})
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
@@ -24,7 +25,8 @@ type okOp struct {
 	action, target, detail string
 }
 
-// auditKey is how an audit record is matched to an okOp.
+// auditKey is how an audit record (an intent or an outcome) is matched
+// to an okOp.
 func auditKey(r store.AuditRecord) okOp {
 	var det map[string]any
 	_ = json.Unmarshal(r.Details, &det)
@@ -36,6 +38,47 @@ func auditKey(r store.AuditRecord) okOp {
 		k.detail, _ = det["path"].(string)
 	}
 	return k
+}
+
+// checkIntents checks how the intents and outcomes of recs fit together:
+// every outcome that names an intent names an earlier intent record of
+// the same action, tenant and key (and target, once the intent had one),
+// and no intent is named twice; every successful outcome names an
+// intent (nothing succeeds unannounced). It returns the intents that no
+// outcome names: actions started and never answered.
+func checkIntents(t *testing.T, recs []store.AuditRecord) []store.AuditRecord {
+	t.Helper()
+	intents := map[uint64]store.AuditRecord{}
+	named := map[uint64]bool{}
+	for _, r := range recs {
+		phase, intent := audit.PhaseOf(r.Outcome, r.Details)
+		switch {
+		case phase == audit.PhaseIntent:
+			intents[r.Seq] = r
+		case intent == 0 && r.Outcome == audit.OutcomeOK && r.Action != "audit.verify":
+			t.Errorf("record %d: %s %s succeeded without an intent record", r.Seq, r.Action, r.Target)
+		case intent > 0:
+			in, ok := intents[intent]
+			switch {
+			case !ok:
+				t.Errorf("record %d (%s %s) names intent %d, which is not an earlier intent", r.Seq, r.Action, r.Outcome, intent)
+			case named[intent]:
+				t.Errorf("intent %d has two outcomes (the second is record %d)", intent, r.Seq)
+			case in.Action != r.Action || in.TenantID != r.TenantID || in.KeyID != r.KeyID ||
+				(in.Target != "" && in.Target != r.Target):
+				t.Errorf("outcome %d (%s %s by %s) does not match its intent %d (%s %s by %s)",
+					r.Seq, r.Action, r.Target, r.KeyID, in.Seq, in.Action, in.Target, in.KeyID)
+			}
+			named[intent] = true
+		}
+	}
+	var open []store.AuditRecord
+	for _, r := range recs {
+		if _, ok := intents[r.Seq]; ok && !named[r.Seq] {
+			open = append(open, r)
+		}
+	}
+	return open
 }
 
 // crashWorker is one client of the burst; it keeps to its own sandboxes.
@@ -52,9 +95,12 @@ type crashWorker struct {
 
 // TestCrashSafety runs a burst of mutations from 8 clients, kills the
 // daemon with SIGKILL in the middle of it, and checks that the audit
-// chain verifies, that every mutation answered with a 2xx has its audit
-// record, and that the next daemon knows every sandbox whose create was
-// answered (with the files written to it) and none that was deleted.
+// chain verifies; that every mutation answered with a 2xx has its intent
+// and its successful outcome; that every action left without an outcome
+// is an intent of a request that was in flight at the kill (an action is
+// never silently missing, and nothing was done without an intent); and
+// that the next daemon knows every sandbox whose create was answered
+// (with the files written to it) and none that was deleted.
 func TestCrashSafety(t *testing.T) {
 	e := newEnv(t, "--rate-limit", "100000", "--rate-burst", "100000")
 	d := e.start()
@@ -132,12 +178,19 @@ func TestCrashSafety(t *testing.T) {
 		}
 	}
 
-	// Every answered mutation is in the verified chain.
+	// Every answered mutation is in the verified chain: its outcome,
+	// which names its intent.
 	recs := verifyAudit(t, e)
+	open := checkIntents(t, recs)
 	have := map[okOp]int{}
+	createIntents := 0
 	for _, r := range recs {
-		if r.Outcome == "ok" {
+		phase, intent := audit.PhaseOf(r.Outcome, r.Details)
+		if r.Outcome == audit.OutcomeOK && intent > 0 {
 			have[auditKey(r)]++
+		}
+		if phase == audit.PhaseIntent && r.Action == "sandbox.create" {
+			createIntents++
 		}
 	}
 	var missing []string
@@ -160,7 +213,50 @@ func TestCrashSafety(t *testing.T) {
 	if extra > workers {
 		t.Errorf("%d successful audit records match no answered request; at most %d were in flight", extra, workers)
 	}
-	t.Logf("audit: %d records verified, %d answered mutations matched, %d records of requests in flight at the kill", len(recs), len(answered), extra)
+	t.Logf("audit: %d records verified, %d answered mutations matched, %d records of requests in flight at the kill, %d open intents",
+		len(recs), len(answered), extra, len(open))
+
+	// The actions left without an outcome are intents of the requests in
+	// flight at the kill: at most one per worker, each matching one.
+	inflight := map[okOp]int{}
+	for _, w := range ws {
+		if w.inflight.action != "" {
+			k := w.inflight
+			if k.action == "sandbox.create" {
+				k.target = "" // its intent has no target yet
+			}
+			inflight[k]++
+		}
+	}
+	if len(open) > workers {
+		t.Errorf("%d intents have no outcome; at most %d requests were in flight", len(open), workers)
+	}
+	for _, r := range open {
+		k := auditKey(r)
+		if inflight[k] == 0 {
+			t.Errorf("open intent %d (%s %s %s) matches no request in flight at the kill", r.Seq, k.action, k.target, k.detail)
+			continue
+		}
+		inflight[k]--
+	}
+	// Nothing was done without an intent: every sandbox the data dir
+	// ever held was announced by a create intent, and a file written by
+	// a request in flight at the kill exists only if announced.
+	if n := len(e.seenIDs()); n > createIntents {
+		t.Errorf("%d sandboxes existed, but only %d creates were announced by an intent", n, createIntents)
+	}
+	intentKeys := map[okOp]bool{}
+	for _, r := range recs {
+		if phase, _ := audit.PhaseOf(r.Outcome, r.Details); phase == audit.PhaseIntent {
+			intentKeys[auditKey(r)] = true
+		}
+	}
+	var inflightWrites []okOp
+	for _, w := range ws {
+		if w.inflight.action == "file.write" {
+			inflightWrites = append(inflightWrites, w.inflight)
+		}
+	}
 
 	// The next daemon knows every answered sandbox and its files.
 	d = e.start()
@@ -202,6 +298,18 @@ func TestCrashSafety(t *testing.T) {
 	}
 	if unaudited > 0 {
 		t.Logf("note: %d sandboxes exist after the restart without a successful create record (creates in flight at the kill)", unaudited)
+	}
+	for _, op := range inflightWrites {
+		if deleted[op.target] || maybeDeleted[op.target] || listed[op.target] != client.StateRunning {
+			continue
+		}
+		rc, err := d.C.ReadFile(ctx, op.target, op.detail)
+		if err == nil {
+			rc.Close()
+			if !intentKeys[op] {
+				t.Errorf("file %s in %s exists after the restart, but its write (in flight at the kill) has no intent", op.detail, op.target)
+			}
+		}
 	}
 	checked := 0
 	for _, w := range ws {

@@ -3,9 +3,11 @@
 // and drive real sandboxes through the public Go client (and, to measure
 // the API's overhead, straight through a sandbox's agent socket). They
 // cover the public API surface, adoption of running sandboxes by a
-// restarted daemon, crash safety of the audit log and of sandbox records
-// when the daemon is killed mid-burst, a bounded load run and the latency
-// the HTTP API adds to an exec.
+// restarted daemon, crash safety of the audit log (intents and outcomes)
+// and of sandbox records when the daemon is killed mid-burst, slow and
+// oversized requests (slowloris, trickled bodies, huge headers, a client
+// that stops reading a stream), a bounded load run and the latency the
+// HTTP API adds to an exec.
 //
 // Each test daemon runs in a private mount namespace in which the
 // runtime's cgroup parent ("airlock") is a bind mount of a cgroup of the

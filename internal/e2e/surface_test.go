@@ -211,9 +211,13 @@ func TestSurface(t *testing.T) {
 		count[r.Action+" "+r.Outcome]++
 	}
 	t.Logf("audit records by action and outcome: %v", count)
+	if open := checkIntents(t, recs); len(open) > 0 {
+		t.Errorf("after a clean stop, %d intents have no outcome, e.g. %+v", len(open), open[0])
+	}
 	for _, want := range []string{
 		"sandbox.create ok", "sandbox.create invalid_argument", "sandbox.exec ok", "sandbox.exec invalid_argument",
-		"sandbox.exec not_found", "sandbox.timeout ok", "file.write ok", "file.delete ok", "sandbox.pty ok", "sandbox.delete ok",
+		"sandbox.exec not_found", "sandbox.timeout ok", "file.write ok", "file.delete ok", "file.mkdir ok", "sandbox.pty ok",
+		"sandbox.delete ok", "sandbox.create intent", "sandbox.exec intent", "file.write intent",
 	} {
 		if count[want] == 0 {
 			t.Errorf("no audit record %q", want)
@@ -444,6 +448,23 @@ func testFiles(t *testing.T, d *daemon, id string) {
 	}
 	if home, _, err := d.C.ListDir(ctx, id, "", 1); err != nil || !containsName(home, "data") {
 		t.Errorf("list home: %v, %v; want it to hold data", home, err)
+	}
+
+	// mkdir makes parents, an existing directory is fine, a file in the
+	// way is a client error.
+	dir, err := d.C.MakeDir(ctx, id, "data/made/a/b")
+	if err != nil || dir.Type != "dir" || !strings.HasSuffix(dir.Path, "/data/made/a/b") {
+		t.Errorf("mkdir: %+v, %v", dir, err)
+	}
+	if _, err := d.C.MakeDir(ctx, id, "data/made/a/b"); err != nil {
+		t.Errorf("mkdir of an existing directory: %v", err)
+	}
+	if ents, _, err := d.C.ListDir(ctx, id, "data/made/a/b", 1); err != nil || len(ents) != 0 {
+		t.Errorf("list the new directory: %+v, %v", ents, err)
+	}
+	var mkErr *client.APIError
+	if _, err := d.C.MakeDir(ctx, id, "data/sub/deep/f.txt/x"); !errors.As(err, &mkErr) || mkErr.Status/100 != 4 {
+		t.Errorf("mkdir under a file: %v, want a 4xx", err)
 	}
 
 	// Deleting.

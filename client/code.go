@@ -1,0 +1,407 @@
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// The code interpreter's languages.
+const (
+	LangPython     = "python"
+	LangJavaScript = "javascript"
+	LangBash       = "bash"
+)
+
+// The statuses of a cell (CodeExecution.Status).
+const (
+	// CodeStatusOK: the cell ran to its end.
+	CodeStatusOK = "ok"
+	// CodeStatusError: the cell raised an error (bash: exited non-zero).
+	CodeStatusError = "error"
+	// CodeStatusTimeout: its timeout interrupted the cell.
+	CodeStatusTimeout = "timeout"
+	// CodeStatusInterrupted: an interrupt (or the output cap) stopped it.
+	CodeStatusInterrupted = "interrupted"
+	// CodeStatusDied: the context's process ended; its state is lost.
+	CodeStatusDied = "died"
+)
+
+// maxCodeLine caps one line of a streamed cell: a result may carry an
+// image of up to 5 MiB in base64 and texts of up to 1 MiB.
+const maxCodeLine = 32 << 20
+
+// RunCodeRequest is one cell to run.
+type RunCodeRequest struct {
+	// Language is python, javascript or bash; required without
+	// ContextID.
+	Language string
+	// Code is the cell's source.
+	Code string
+	// ContextID names a context; empty means the default context of
+	// Language (shared by every caller that names none).
+	ContextID string
+	// Env is set for this cell only.
+	Env map[string]string
+	// Timeout interrupts the cell (rounded up to whole seconds); zero
+	// means the server's default (5 minutes).
+	Timeout time.Duration
+}
+
+// CodeResult is a value a cell showed: its last expression's value
+// (IsMainResult), a figure or a display() call, in one or more
+// representations.
+type CodeResult struct {
+	IsMainResult bool   `json:"is_main_result"`
+	Text         string `json:"text"`
+	HTML         string `json:"html"`
+	Markdown     string `json:"markdown"`
+	SVG          string `json:"svg"`
+	// PNG and JPEG are the image bytes (base64 on the wire).
+	PNG        []byte          `json:"png"`
+	JPEG       []byte          `json:"jpeg"`
+	LaTeX      string          `json:"latex"`
+	JSON       json.RawMessage `json:"json"`
+	JavaScript string          `json:"javascript"`
+	// Omitted says what the server left out for a size limit.
+	Omitted string `json:"omitted"`
+}
+
+// CodeError is the error a cell raised: for Python and JavaScript the
+// exception's class, message and traceback; ExitStatus for a bash cell
+// that exited non-zero; ContextDied when the context's process ended.
+type CodeError struct {
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	Traceback string `json:"traceback"`
+}
+
+func (e *CodeError) String() string {
+	if e.Value == "" {
+		return e.Name
+	}
+	return e.Name + ": " + e.Value
+}
+
+// CodeExecution is how a cell ran. A cell that failed is an execution
+// with Status CodeStatusError and Error set, not a Go error.
+type CodeExecution struct {
+	ContextID string
+	Language  string
+	// ExecutionCount counts the cells of the context, this one included.
+	ExecutionCount int
+	// Status is one of the CodeStatus constants.
+	Status string
+	// ExitCode is the exit status of a bash cell.
+	ExitCode int
+	// Results are the values shown, in order.
+	Results []CodeResult
+	// Stdout and Stderr are the output (RunCodeStream also delivers it
+	// as it comes).
+	Stdout, Stderr                    string
+	Error                             *CodeError
+	OutputTruncated, ResultsTruncated bool
+	Duration                          time.Duration
+}
+
+// MainResult returns the value of the cell's last expression, or nil.
+func (e *CodeExecution) MainResult() *CodeResult {
+	for i := range e.Results {
+		if e.Results[i].IsMainResult {
+			return &e.Results[i]
+		}
+	}
+	return nil
+}
+
+// CodeEvent is one streamed event of a cell.
+type CodeEvent struct {
+	// Type is "stdout", "stderr", "result" or "error".
+	Type string
+	// Data is the output of stdout and stderr events.
+	Data   string
+	Result *CodeResult
+	Error  *CodeError
+}
+
+type codeBody struct {
+	Language  string            `json:"language,omitempty"`
+	Code      string            `json:"code"`
+	ContextID string            `json:"context_id,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	TimeoutS  int64             `json:"timeout_s,omitempty"`
+}
+
+// codeEnd is the end of a cell: the last streamed line, and part of the
+// buffered response.
+type codeEnd struct {
+	ContextID        string `json:"context_id"`
+	Language         string `json:"language"`
+	ExecutionCount   int    `json:"execution_count"`
+	Status           string `json:"status"`
+	ExitCode         int    `json:"exit_code"`
+	OutputTruncated  bool   `json:"output_truncated"`
+	ResultsTruncated bool   `json:"results_truncated"`
+	DurationMS       int64  `json:"duration_ms"`
+}
+
+func (e *codeEnd) fill(x *CodeExecution) {
+	x.ContextID, x.Language, x.ExecutionCount, x.Status = e.ContextID, e.Language, e.ExecutionCount, e.Status
+	x.ExitCode, x.OutputTruncated, x.ResultsTruncated = e.ExitCode, e.OutputTruncated, e.ResultsTruncated
+	x.Duration = time.Duration(e.DurationMS) * time.Millisecond
+}
+
+type codeResponse struct {
+	codeEnd
+	Results []CodeResult `json:"results"`
+	Stdout  string       `json:"stdout"`
+	Stderr  string       `json:"stderr"`
+	Error   *CodeError   `json:"error"`
+}
+
+func (req *RunCodeRequest) body() (codeBody, error) {
+	if req.Language == "" && req.ContextID == "" {
+		return codeBody{}, fmt.Errorf("airlock: run code: Language or ContextID is required: %w", ErrInvalid)
+	}
+	if req.ContextID != "" {
+		if err := checkContextID(req.ContextID); err != nil {
+			return codeBody{}, err
+		}
+	}
+	return codeBody{Language: req.Language, Code: req.Code, ContextID: req.ContextID, Env: req.Env, TimeoutS: seconds(req.Timeout)}, nil
+}
+
+// RunCode runs a cell in sandbox id and returns how it ran, with its
+// results and output (the server caps output at 1 MiB and results at
+// 12 MiB per cell; a client built with WithMaxResponseBytes below 16 MiB
+// may refuse the largest answers).
+func (c *Client) RunCode(ctx context.Context, id string, req RunCodeRequest) (*CodeExecution, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	in, err := req.body()
+	if err != nil {
+		return nil, err
+	}
+	var out codeResponse
+	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "/code"), nil, in, &out, http.StatusOK); err != nil {
+		return nil, err
+	}
+	x := &CodeExecution{Results: out.Results, Stdout: out.Stdout, Stderr: out.Stderr, Error: out.Error}
+	out.fill(x)
+	return x, nil
+}
+
+// codeLine is one line of a streamed cell.
+type codeLine struct {
+	CodeResult
+	codeEnd
+	Type      string          `json:"type"`
+	Data      string          `json:"data"`
+	Name      string          `json:"name"`
+	Value     string          `json:"value"`
+	Traceback string          `json:"traceback"`
+	ErrorObj  json.RawMessage `json:"error"`
+}
+
+// RunCodeStream runs a cell in sandbox id and calls onEvent with each
+// event as the server sends it (in order, from one goroutine). If
+// onEvent returns an error, the request is cancelled (the server then
+// interrupts the cell) and RunCodeStream returns that error. The
+// returned execution also holds every result and all output.
+func (c *Client) RunCodeStream(ctx context.Context, id string, req RunCodeRequest, onEvent func(CodeEvent) error) (*CodeExecution, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	b, err := req.body()
+	if err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(b)
+	if err != nil {
+		return nil, fmt.Errorf("airlock: encode request: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	hreq, err := c.newRequest(ctx, http.MethodPost, sandboxPath(id, "/code"), nil, bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "application/x-ndjson")
+	resp, err := c.send(hreq, http.StatusOK)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	x := &CodeExecution{}
+	var stdout, stderr strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), maxCodeLine)
+	for sc.Scan() {
+		var line codeLine
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			return nil, fmt.Errorf("airlock: code stream: malformed line: %w", err)
+		}
+		var ev CodeEvent
+		switch line.Type {
+		case "stdout", "stderr":
+			ev = CodeEvent{Type: line.Type, Data: line.Data}
+			if line.Type == "stdout" {
+				stdout.WriteString(line.Data)
+			} else {
+				stderr.WriteString(line.Data)
+			}
+		case "result":
+			r := line.CodeResult
+			x.Results = append(x.Results, r)
+			ev = CodeEvent{Type: "result", Result: &r}
+		case "error":
+			if len(line.ErrorObj) > 0 && line.ErrorObj[0] == '{' {
+				// The stream broke: {"type":"error","error":{...}}.
+				e := &APIError{Status: resp.StatusCode, Code: "internal", Message: "code stream failed"}
+				var d errDetail
+				if json.Unmarshal(line.ErrorObj, &d) == nil && d.Code != "" {
+					e.Code, e.Message = d.Code, d.Message
+				}
+				return nil, e
+			}
+			x.Error = &CodeError{Name: line.Name, Value: line.Value, Traceback: line.Traceback}
+			ev = CodeEvent{Type: "error", Error: x.Error}
+		case "end":
+			line.codeEnd.fill(x)
+			x.Stdout, x.Stderr = stdout.String(), stderr.String()
+			return x, nil
+		default:
+			continue
+		}
+		if onEvent != nil {
+			if err := onEvent(ev); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, fmt.Errorf("airlock: code stream: line longer than %d bytes: %w", maxCodeLine, ErrResponseTooLarge)
+		}
+		return nil, fmt.Errorf("airlock: code stream: %w", err)
+	}
+	return nil, fmt.Errorf("airlock: code stream ended without its end: %w", ErrUnavailable)
+}
+
+// CodeContext is a stateful code context of a sandbox.
+type CodeContext struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	// Cwd is the working directory its process started in.
+	Cwd string `json:"cwd"`
+	// Default marks the language's default context.
+	Default bool `json:"default"`
+	// State is idle, busy or dead (Error says why).
+	State          string    `json:"state"`
+	Error          string    `json:"error"`
+	ExecutionCount int       `json:"execution_count"`
+	CreatedAt      time.Time `json:"created_at"`
+}
+
+// CreateCodeContextRequest describes a context to create.
+type CreateCodeContextRequest struct {
+	// Language is python, javascript or bash.
+	Language string `json:"language"`
+	// Cwd is the working directory (relative to the user's home).
+	Cwd string `json:"cwd,omitempty"`
+	// Env is added to the sandbox's environment for the context.
+	Env map[string]string `json:"env,omitempty"`
+}
+
+// checkContextID rejects IDs that cannot name a context.
+func checkContextID(id string) error {
+	if id == "" || strings.ContainsAny(id, "/?#") {
+		return fmt.Errorf("airlock: context id %q is not valid: %w", id, ErrInvalid)
+	}
+	return nil
+}
+
+func contextPath(id, contextID, suffix string) string {
+	return sandboxPath(id, "/contexts/"+url.PathEscape(contextID)+suffix)
+}
+
+// CreateCodeContext starts a context in sandbox id and returns it once it
+// serves. A sandbox has at most 8 contexts (ErrQuotaExceeded beyond).
+func (c *Client) CreateCodeContext(ctx context.Context, id string, req CreateCodeContextRequest) (*CodeContext, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	var out CodeContext
+	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "/contexts"), nil, req, &out, http.StatusCreated); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ListCodeContexts returns the contexts of sandbox id, oldest first.
+func (c *Client) ListCodeContexts(ctx context.Context, id string) ([]CodeContext, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	var out struct {
+		Contexts []CodeContext `json:"contexts"`
+	}
+	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "/contexts"), nil, nil, &out, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return out.Contexts, nil
+}
+
+// DeleteCodeContext kills a context and forgets it.
+func (c *Client) DeleteCodeContext(ctx context.Context, id, contextID string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if err := checkContextID(contextID); err != nil {
+		return err
+	}
+	return c.doJSON(ctx, http.MethodDelete, contextPath(id, contextID, ""), nil, nil, nil, http.StatusNoContent)
+}
+
+// RestartCodeContext replaces a context's process (its state is lost) and
+// returns the context once it serves again.
+func (c *Client) RestartCodeContext(ctx context.Context, id, contextID string) (*CodeContext, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	if err := checkContextID(contextID); err != nil {
+		return nil, err
+	}
+	var out CodeContext
+	if err := c.doJSON(ctx, http.MethodPost, contextPath(id, contextID, "/restart"), nil, nil, &out, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// InterruptCodeContext interrupts the cell running in a context and
+// reports whether one was running.
+func (c *Client) InterruptCodeContext(ctx context.Context, id, contextID string) (bool, error) {
+	if err := checkID(id); err != nil {
+		return false, err
+	}
+	if err := checkContextID(contextID); err != nil {
+		return false, err
+	}
+	var out struct {
+		Interrupted bool `json:"interrupted"`
+	}
+	if err := c.doJSON(ctx, http.MethodPost, contextPath(id, contextID, "/interrupt"), nil, nil, &out, http.StatusOK); err != nil {
+		return false, err
+	}
+	return out.Interrupted, nil
+}

@@ -1,0 +1,483 @@
+package client
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// maxBuildLine caps one line of a streamed build (the done line carries
+// the template with its configuration).
+const maxBuildLine = 8 << 20
+
+// errRequestDone stops the writer of a build context once the request is
+// over.
+var errRequestDone = errors.New("airlock: request finished")
+
+// maxAirfileBytes caps an Airfile the client reads from disk (the
+// server's own cap).
+const maxAirfileBytes = 1 << 20
+
+// Template is a root filesystem sandboxes can be created from. Templates
+// are shared by every tenant of a server.
+type Template struct {
+	Name string `json:"name"`
+	// Source says where a stored template came from (an image reference
+	// with its digest, a build); "built-in" for the daemon's own ones.
+	Source string `json:"source"`
+	// Builtin is true for the daemon's own templates (host), which are
+	// not stored and cannot be removed.
+	Builtin bool `json:"builtin"`
+	// Layers counts the distinct layers; Size is their size in bytes and
+	// SharedBytes the part of it that other templates share.
+	Layers      int   `json:"layers"`
+	Size        int64 `json:"size"`
+	SharedBytes int64 `json:"shared_bytes"`
+	// Created is zero for built-in templates.
+	Created time.Time `json:"created,omitzero"`
+}
+
+// TemplateLayer is one layer of a template.
+type TemplateLayer struct {
+	// Digest is the layer's diff ID, "sha256:<hex>".
+	Digest string `json:"digest"`
+	Size   int64  `json:"size"`
+	Files  int64  `json:"files"`
+	// Shared is true when another template uses the layer too.
+	Shared bool `json:"shared"`
+}
+
+// TemplateConfig holds the defaults a template's sandboxes start with.
+type TemplateConfig struct {
+	Env        []string `json:"env"` // KEY=value
+	Workdir    string   `json:"workdir"`
+	User       string   `json:"user"`
+	Cmd        []string `json:"cmd"`
+	Entrypoint []string `json:"entrypoint"`
+}
+
+// TemplateDetail is a template with its layers and configuration.
+type TemplateDetail struct {
+	Template
+	// LayerList holds the layers, lowest first.
+	LayerList []TemplateLayer `json:"layer_list"`
+	Config    TemplateConfig  `json:"config"`
+}
+
+// TemplateUsage is the disk use of a server's template store; each layer
+// counts once however many templates and sandboxes use it.
+type TemplateUsage struct {
+	Layers       int   `json:"layers"`
+	Bytes        int64 `json:"bytes"`
+	SharedLayers int   `json:"shared_layers"`
+	SharedBytes  int64 `json:"shared_bytes"`
+	UnusedLayers int   `json:"unused_layers"`
+	UnusedBytes  int64 `json:"unused_bytes"`
+}
+
+// TemplateList is the answer of ListTemplates.
+type TemplateList struct {
+	Templates []Template    `json:"templates"`
+	Usage     TemplateUsage `json:"usage"`
+}
+
+// FreedSpace is what removing a template deleted from disk.
+type FreedSpace struct {
+	Layers int   `json:"freed_layers"`
+	Bytes  int64 `json:"freed_bytes"`
+}
+
+// RegistryAuth holds credentials for an image registry: a username and
+// password, or a bearer token.
+type RegistryAuth struct {
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
+	Token    string `json:"token,omitempty"`
+}
+
+// DebianBase is a Debian root filesystem built from Suite with Packages.
+type DebianBase struct {
+	Suite    string   `json:"suite"`
+	Packages []string `json:"packages,omitempty"`
+}
+
+// BuildTemplateRequest describes a template to build without a build
+// context: give From (an image reference, or "template:NAME") or Debian,
+// with optional Airfile steps (RUN, ENV, WORKDIR, USER), or an Airfile
+// with its own FROM or DEBIAN line.
+type BuildTemplateRequest struct {
+	Name string
+	// Replace allows replacing a stored template of the same name
+	// (without it, an existing name is ErrConflict).
+	Replace bool
+	From    string
+	Debian  *DebianBase
+	Airfile string
+	// AllowSetuid keeps set-user-ID and set-group-ID bits on files
+	// (default: stripped; they have no effect in sandboxes).
+	AllowSetuid bool
+	// NoCache rebuilds every step instead of reusing cached layers.
+	NoCache bool
+	// Insecure allows a plain-HTTP registry.
+	Insecure     bool
+	RegistryAuth *RegistryAuth
+}
+
+// BuildContextRequest describes a build from an Airfile and a local
+// build context directory, which COPY and ADD read from.
+type BuildContextRequest struct {
+	Name    string
+	Replace bool
+	// Airfile is the recipe. If empty, the file Airfile at the root of
+	// ContextDir is used. Either way the recipe is sent as the context's
+	// Airfile, in place of any file of that name at its root.
+	Airfile []byte
+	// ContextDir is the build context directory.
+	ContextDir   string
+	AllowSetuid  bool
+	NoCache      bool
+	Insecure     bool
+	RegistryAuth *RegistryAuth
+}
+
+// The types of build events.
+const (
+	BuildStep     = "step"     // a step starts
+	BuildCached   = "cached"   // a step's layer comes from the cache
+	BuildLog      = "log"      // a line of a step's output
+	BuildProgress = "progress" // bytes of a layer being pulled or stored
+)
+
+// BuildEvent is one progress report of a build.
+type BuildEvent struct {
+	// Type is one of the Build* constants.
+	Type string `json:"type"`
+	// Step is the 1-based step of Steps; Instruction is its text (step,
+	// cached).
+	Step        int    `json:"step"`
+	Steps       int    `json:"steps"`
+	Instruction string `json:"instruction"`
+	// Text is a line of output (log).
+	Text string `json:"text"`
+	// Layer of Layers, with Done of Total bytes (progress; Total is 0
+	// when unknown).
+	Layer  int   `json:"layer"`
+	Layers int   `json:"layers"`
+	Done   int64 `json:"done"`
+	Total  int64 `json:"total"`
+}
+
+// checkTemplateName rejects names that cannot name a template before a
+// request is sent.
+func checkTemplateName(name string) error {
+	if name == "" || strings.ContainsAny(name, "/?#") {
+		return fmt.Errorf("airlock: template name %q is not valid: %w", name, ErrInvalid)
+	}
+	return nil
+}
+
+// ListTemplates returns every template of the server and the template
+// store's disk use. It needs the sandboxes:read scope.
+func (c *Client) ListTemplates(ctx context.Context) (*TemplateList, error) {
+	var out TemplateList
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/templates", nil, nil, &out, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// GetTemplate returns the template called name. It needs the
+// sandboxes:read scope.
+func (c *Client) GetTemplate(ctx context.Context, name string) (*TemplateDetail, error) {
+	if err := checkTemplateName(name); err != nil {
+		return nil, err
+	}
+	var out TemplateDetail
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/templates/"+url.PathEscape(name), nil, nil, &out, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeleteTemplate removes the template called name and reports what was
+// freed. A template that a sandbox uses, and a built-in one, cannot be
+// removed (ErrConflict). It needs the admin scope.
+func (c *Client) DeleteTemplate(ctx context.Context, name string) (*FreedSpace, error) {
+	if err := checkTemplateName(name); err != nil {
+		return nil, err
+	}
+	var out FreedSpace
+	if err := c.doJSON(ctx, http.MethodDelete, "/v1/templates/"+url.PathEscape(name), nil, nil, &out, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// BuildTemplate builds (or imports) a template and returns it once it is
+// usable. onEvent, if not nil, is called with the build's progress as it
+// comes, from one goroutine; if it returns an error the request is
+// dropped, which cancels the build, and that error is returned. A name in
+// use is ErrConflict. It needs the admin scope.
+func (c *Client) BuildTemplate(ctx context.Context, req BuildTemplateRequest, onEvent func(BuildEvent) error) (*TemplateDetail, error) {
+	if err := checkTemplateName(req.Name); err != nil {
+		return nil, err
+	}
+	in := struct {
+		Name         string        `json:"name"`
+		From         string        `json:"from,omitempty"`
+		Debian       *DebianBase   `json:"debian,omitempty"`
+		Airfile      string        `json:"airfile,omitempty"`
+		Replace      bool          `json:"replace,omitempty"`
+		AllowSetuid  bool          `json:"allow_setuid,omitempty"`
+		NoCache      bool          `json:"no_cache,omitempty"`
+		Insecure     bool          `json:"insecure,omitempty"`
+		RegistryAuth *RegistryAuth `json:"registry_auth,omitempty"`
+	}{req.Name, req.From, req.Debian, req.Airfile, req.Replace, req.AllowSetuid, req.NoCache, req.Insecure, req.RegistryAuth}
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, fmt.Errorf("airlock: encode request: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	hreq, err := c.newRequest(ctx, http.MethodPost, "/v1/templates", nil, bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "application/x-ndjson")
+	resp, err := c.send(hreq, http.StatusOK)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return readBuildStream(resp, onEvent)
+}
+
+// BuildTemplateContext builds a template from an Airfile and the local
+// directory req.ContextDir, which is sent as a tar stream while it is
+// read (never held in memory whole): directories, regular files and
+// symbolic links, with their permission bits but not their owners; other
+// kinds of files (sockets, devices, fifos) are left out. Hard links are
+// sent as copies. onEvent is as for BuildTemplate.
+func (c *Client) BuildTemplateContext(ctx context.Context, req BuildContextRequest, onEvent func(BuildEvent) error) (*TemplateDetail, error) {
+	if err := checkTemplateName(req.Name); err != nil {
+		return nil, err
+	}
+	if req.ContextDir == "" {
+		return nil, fmt.Errorf("airlock: the build context directory is required: %w", ErrInvalid)
+	}
+	fi, err := os.Stat(req.ContextDir)
+	if err != nil {
+		return nil, fmt.Errorf("airlock: build context: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("airlock: build context %s is not a directory: %w", req.ContextDir, ErrInvalid)
+	}
+	recipe := req.Airfile
+	if recipe == nil {
+		if recipe, err = readAirfile(filepath.Join(req.ContextDir, "Airfile")); err != nil {
+			return nil, err
+		}
+	}
+	if len(recipe) > maxAirfileBytes {
+		return nil, fmt.Errorf("airlock: the Airfile is larger than %d bytes: %w", maxAirfileBytes, ErrInvalid)
+	}
+	q := url.Values{"name": {req.Name}}
+	for _, f := range []struct {
+		key string
+		on  bool
+	}{{"replace", req.Replace}, {"allow_setuid", req.AllowSetuid}, {"no_cache", req.NoCache}, {"insecure", req.Insecure}} {
+		if f.on {
+			q.Set(f.key, strconv.FormatBool(true))
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	tarErr := make(chan error, 1)
+	go func() {
+		err := writeContextTar(ctx, pw, req.ContextDir, recipe)
+		pw.CloseWithError(err)
+		tarErr <- err
+	}()
+	// The writer must be done (and the pipe closed) however this ends.
+	finish := func() error {
+		pr.CloseWithError(errRequestDone)
+		err := <-tarErr
+		tarErr <- err
+		return err
+	}
+	defer finish()
+	hreq, err := c.newRequest(ctx, http.MethodPost, "/v1/templates", q, pr)
+	if err != nil {
+		return nil, err
+	}
+	hreq.Header.Set("Content-Type", "application/x-tar")
+	hreq.Header.Set("Accept", "application/x-ndjson")
+	if a := req.RegistryAuth; a != nil && *a != (RegistryAuth{}) {
+		b, err := json.Marshal(a)
+		if err != nil {
+			return nil, fmt.Errorf("airlock: encode registry auth: %w", err)
+		}
+		hreq.Header.Set("X-Registry-Auth", base64.URLEncoding.EncodeToString(b))
+	}
+	resp, err := c.send(hreq, http.StatusOK)
+	if err != nil {
+		// A failure to read the context is the better explanation.
+		if terr := finish(); terr != nil && !errors.Is(terr, errRequestDone) && !errors.Is(terr, io.ErrClosedPipe) {
+			return nil, terr
+		}
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return readBuildStream(resp, onEvent)
+}
+
+// readAirfile reads the Airfile at path.
+func readAirfile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("airlock: Airfile: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxAirfileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("airlock: Airfile: %w", err)
+	}
+	return b, nil
+}
+
+// buildLine is one line of a streamed build.
+type buildLine struct {
+	BuildEvent
+	Template *TemplateDetail `json:"template"`
+	Error    *errDetail      `json:"error"`
+}
+
+// readBuildStream reads a build's NDJSON lines up to its done or error
+// line.
+func readBuildStream(resp *http.Response, onEvent func(BuildEvent) error) (*TemplateDetail, error) {
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), maxBuildLine)
+	for sc.Scan() {
+		var line buildLine
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			return nil, fmt.Errorf("airlock: build stream: malformed line: %w", err)
+		}
+		switch line.Type {
+		case "done":
+			if line.Template == nil {
+				return nil, fmt.Errorf("airlock: build stream: done without a template: %w", ErrInternal)
+			}
+			return line.Template, nil
+		case "error":
+			e := &APIError{Status: resp.StatusCode, Code: "internal", Message: "the build failed"}
+			if line.Error != nil && line.Error.Code != "" {
+				e.Code, e.Message = line.Error.Code, line.Error.Message
+			}
+			return nil, e
+		default:
+			if onEvent != nil {
+				if err := onEvent(line.BuildEvent); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, fmt.Errorf("airlock: build stream: line longer than %d bytes: %w", maxBuildLine, ErrResponseTooLarge)
+		}
+		return nil, fmt.Errorf("airlock: build stream: %w", err)
+	}
+	return nil, fmt.Errorf("airlock: build stream ended without a result: %w", ErrUnavailable)
+}
+
+// writeContextTar writes the build context dir to w as a tar stream: the
+// recipe first as Airfile, then everything under dir but its own root
+// Airfile. Symbolic links are not followed.
+func writeContextTar(ctx context.Context, w io.Writer, dir string, recipe []byte) error {
+	tw := tar.NewWriter(w)
+	now := time.Now()
+	if err := tw.WriteHeader(&tar.Header{Name: "Airfile", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(recipe)), ModTime: now}); err != nil {
+		return err
+	}
+	if _, err := tw.Write(recipe); err != nil {
+		return err
+	}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("airlock: build context: %w", err)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		if rel == "." || rel == "Airfile" {
+			return nil
+		}
+		name := filepath.ToSlash(rel)
+		fi, err := d.Info()
+		if err != nil {
+			return fmt.Errorf("airlock: build context: %w", err)
+		}
+		hdr := &tar.Header{Name: name, Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime()}
+		switch {
+		case fi.IsDir():
+			hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
+			return tw.WriteHeader(hdr)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return fmt.Errorf("airlock: build context: %w", err)
+			}
+			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
+			return tw.WriteHeader(hdr)
+		case fi.Mode().IsRegular():
+			return writeTarFile(tw, hdr, p, fi.Size())
+		}
+		return nil // sockets, devices, fifos
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// writeTarFile writes the regular file at p of size bytes.
+func writeTarFile(tw *tar.Writer, hdr *tar.Header, p string, size int64) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return fmt.Errorf("airlock: build context: %w", err)
+	}
+	defer f.Close()
+	hdr.Typeflag, hdr.Size = tar.TypeReg, size
+	if err := tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	n, err := io.Copy(tw, io.LimitReader(f, size))
+	if err != nil {
+		return fmt.Errorf("airlock: build context: %s: %w", hdr.Name, err)
+	}
+	if n != size {
+		return fmt.Errorf("airlock: build context: %s changed while it was being sent", hdr.Name)
+	}
+	return nil
+}

@@ -1,0 +1,348 @@
+package api
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/client"
+)
+
+// tent is one entry of a test tar.
+type tent struct {
+	name string
+	typ  byte
+	body string
+	link string
+	mode int64
+}
+
+func tarOf(t testing.TB, entries ...tent) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		typ := e.typ
+		if typ == 0 {
+			typ = tar.TypeReg
+		}
+		mode := e.mode
+		if mode == 0 {
+			mode = 0o644
+		}
+		h := &tar.Header{Name: e.name, Typeflag: typ, Linkname: e.link, Mode: mode}
+		if typ == tar.TypeReg {
+			h.Size = int64(len(e.body))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if typ == tar.TypeReg {
+			if _, err := tw.Write([]byte(e.body)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+const okAirfile = "FROM template:host\nCOPY app /app\n"
+
+// sparseBomb is a tar whose one entry is a PAX (GNU 1.0) sparse file of
+// 10 GB made of one hole: tar.Reader expands it without reading input.
+// Go's tar.Writer cannot write one, so the PAX header block is patched in.
+func sparseBomb(t testing.TB) []byte {
+	t.Helper()
+	rec := func(k, v string) string {
+		for l := len(k) + len(v) + 3; ; {
+			s := fmt.Sprintf("%d %s=%s\n", l, k, v)
+			if len(s) == l {
+				return s
+			}
+			l = len(s)
+		}
+	}
+	pax := rec("GNU.sparse.major", "1") + rec("GNU.sparse.minor", "0") + rec("GNU.sparse.name", "bomb") + rec("GNU.sparse.realsize", "10000000000")
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	data := make([]byte, 512)
+	copy(data, "1\n0\n0\n") // the sparse map: one empty data region
+	for _, e := range []struct {
+		name string
+		body []byte
+	}{{"pax", []byte(pax)}, {"x", data}} {
+		if err := tw.WriteHeader(&tar.Header{Name: e.name, Typeflag: tar.TypeReg, Size: int64(len(e.body)), Format: tar.FormatUSTAR}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(e.body)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := buf.Bytes()
+	b[156] = tar.TypeXHeader
+	var sum int
+	for i := range 512 {
+		if i >= 148 && i < 156 {
+			sum += ' '
+		} else {
+			sum += int(b[i])
+		}
+	}
+	copy(b[148:156], fmt.Sprintf("%06o\x00 ", sum))
+	return b
+}
+
+func TestBuildContextUpload(t *testing.T) {
+	ctx := context.Background()
+	e := newTplEnv(t)
+	dir := t.TempDir()
+	for p, body := range map[string]string{"app/main.py": "print(1)\n", "app/run.sh": "#!/bin/sh\n", "Airfile": "FROM ignored/image:1\n"} {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(dir, "app/run.sh"), 0o4755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("main.py", filepath.Join(dir, "app/link.py")); err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := e.client(tkAdminA).BuildTemplateContext(ctx, client.BuildContextRequest{
+		Name: "ctx", Airfile: []byte(okAirfile), ContextDir: dir, NoCache: true, Insecure: true,
+		RegistryAuth: &client.RegistryAuth{Token: "tok"},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tpl.Name != "ctx" {
+		t.Errorf("template %+v", tpl)
+	}
+	reqs := e.builder.requests()
+	if len(reqs) != 1 || string(reqs[0].Airfile) != okAirfile || !reqs[0].NoCache || !reqs[0].Insecure || reqs[0].AllowSetuid ||
+		reqs[0].Registry.Token != "tok" || reqs[0].ContextDir == "" {
+		t.Fatalf("requests %+v", reqs)
+	}
+	got := e.builder.contexts[0]
+	want := map[string]string{
+		"Airfile": "644:" + okAirfile, "app": "dir", "app/main.py": "644:print(1)\n",
+		"app/run.sh": "755:#!/bin/sh\n", "app/link.py": "link:main.py",
+	}
+	if len(got) != len(want) {
+		t.Errorf("context %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("context %s = %q, want %q", k, got[k], v)
+		}
+	}
+	if ents, _ := os.ReadDir(e.ctxDir); len(ents) != 0 {
+		t.Errorf("build context left behind: %v", ents)
+	}
+	out := outcomes(e.audit.take())
+	if len(out) != 1 || out[0].Details["context_entries"] != int64(5) || out[0].Details["source"] != "template:host" {
+		t.Errorf("audit %+v", out)
+	}
+
+	// Without an explicit recipe, the context's own Airfile is used.
+	if err := os.WriteFile(filepath.Join(dir, "Airfile"), []byte("FROM template:host\nRUN true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client(tkAdminA).BuildTemplateContext(ctx, client.BuildContextRequest{Name: "ctx2", ContextDir: dir}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.builder.requests()[1]; string(r.Airfile) != "FROM template:host\nRUN true\n" {
+		t.Errorf("airfile %q", r.Airfile)
+	}
+	// A context the client cannot read fails before anything is built.
+	if _, err := e.client(tkAdminA).BuildTemplateContext(ctx, client.BuildContextRequest{Name: "ctx3", ContextDir: filepath.Join(dir, "nope")}, nil); err == nil {
+		t.Error("missing context dir: no error")
+	}
+}
+
+func TestBuildContextHostile(t *testing.T) {
+	e := newTplEnv(t, func(tc *Templates) { tc.MaxContextBytes = 64 << 10; tc.MaxContextFiles = 50 })
+	air := tent{name: "Airfile", body: okAirfile}
+	many := []tent{air}
+	for i := range 60 {
+		many = append(many, tent{name: "f" + strings.Repeat("x", i)})
+	}
+	tests := []struct {
+		name    string
+		body    []byte
+		query   string
+		hdr     map[string]string
+		status  int
+		code    string
+		msgPart string
+	}{
+		{"dotdot", tarOf(t, air, tent{name: "../evil", body: "x"}), "", nil, 400, CodeInvalidArgument, "names with .."},
+		{"nested dotdot", tarOf(t, air, tent{name: "a/../../evil", body: "x"}), "", nil, 400, CodeInvalidArgument, "names with .."},
+		{"absolute", tarOf(t, air, tent{name: "/etc/evil", body: "x"}), "", nil, 400, CodeInvalidArgument, "absolute names"},
+		{"absolute symlink", tarOf(t, air, tent{name: "l", typ: tar.TypeSymlink, link: "/etc"}), "", nil, 400, CodeInvalidArgument, "absolute link"},
+		{"escaping symlink", tarOf(t, air, tent{name: "a/l", typ: tar.TypeSymlink, link: "../../x"}), "", nil, 400, CodeInvalidArgument, "outside the build context"},
+		{"hardlink out", tarOf(t, air, tent{name: "h", typ: tar.TypeLink, link: "../x"}), "", nil, 400, CodeInvalidArgument, "names with .."},
+		{"hardlink absolute", tarOf(t, air, tent{name: "h", typ: tar.TypeLink, link: "/etc/shadow"}), "", nil, 400, CodeInvalidArgument, "absolute"},
+		{"device", tarOf(t, air, tent{name: "dev", typ: tar.TypeChar}), "", nil, 400, CodeInvalidArgument, "only files, directories and links"},
+		{"fifo", tarOf(t, air, tent{name: "p", typ: tar.TypeFifo}), "", nil, 400, CodeInvalidArgument, "only files"},
+		{"no airfile", tarOf(t, tent{name: "x", body: "x"}), "", nil, 400, CodeInvalidArgument, "no Airfile"},
+		{"airfile dir", tarOf(t, tent{name: "Airfile/", typ: tar.TypeDir}), "", nil, 400, CodeInvalidArgument, "not a regular file"},
+		{"airfile symlink", tarOf(t, tent{name: "x", body: okAirfile}, tent{name: "Airfile", typ: tar.TypeSymlink, link: "x"}), "", nil, 400, CodeInvalidArgument, "not a regular file"},
+		{"bad airfile", tarOf(t, tent{name: "Airfile", body: "FROM template:host\nCOPY missing /x\nBOGUS\n"}), "", nil, 400, CodeInvalidArgument, "airfile line 3"},
+		{"file over dir", tarOf(t, air, tent{name: "d/", typ: tar.TypeDir}, tent{name: "d/x", body: "x"}, tent{name: "d", body: "x"}), "", nil, 400, CodeInvalidArgument, "directory of that name"},
+		{"too big", tarOf(t, air, tent{name: "big", body: strings.Repeat("x", 70<<10)}), "", nil, 413, CodeRequestTooLarge, "larger than the limit"},
+		{"too many", tarOf(t, many...), "", nil, 413, CodeRequestTooLarge, "more than 50 entries"},
+		{"sparse bomb", sparseBomb(t), "", nil, 413, CodeRequestTooLarge, "files of the build context are larger"},
+		{"not a tar", []byte(strings.Repeat("garbage!", 200)), "", nil, 400, CodeInvalidArgument, "not a valid tar"},
+		{"truncated", tarOf(t, air, tent{name: "f", body: strings.Repeat("y", 5000)})[:3000], "", nil, 400, CodeInvalidArgument, "not a valid tar"},
+		{"no name", tarOf(t, air), "-", nil, 400, CodeInvalidArgument, "name query parameter is required"},
+		{"bad flag", tarOf(t, air), "name=x&no_cache=maybe", nil, 400, CodeInvalidArgument, "no_cache must be"},
+		{"unknown param", tarOf(t, air), "name=x&from=y", nil, 400, CodeInvalidArgument, "unknown query parameter"},
+		{"bad auth header", tarOf(t, air), "", map[string]string{registryAuthHeader: "%%%"}, 400, CodeInvalidArgument, registryAuthHeader},
+		{"name taken", tarOf(t, air), "name=host", nil, 409, CodeAlreadyExists, "already exists"},
+	}
+	parent := filepath.Dir(e.ctxDir)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := tt.query
+			switch q {
+			case "":
+				q = "name=hostile"
+			case "-":
+				q = ""
+			}
+			hdr := map[string]string{"Authorization": "Bearer " + tkAdminA, "Content-Type": "application/x-tar"}
+			for k, v := range tt.hdr {
+				hdr[k] = v
+			}
+			resp, b := e.raw("POST", "/v1/templates?"+q, hdr, bytes.NewReader(tt.body))
+			var eb errorBody
+			_ = json.Unmarshal(b, &eb)
+			if resp.StatusCode != tt.status || eb.Error.Code != tt.code || !strings.Contains(eb.Error.Message, tt.msgPart) {
+				t.Errorf("got %d %s, want %d %s with %q", resp.StatusCode, b, tt.status, tt.code, tt.msgPart)
+			}
+			if strings.Contains(eb.Error.Message, e.ctxDir) || strings.Contains(eb.Error.Message, parent) {
+				t.Errorf("the message shows a host path: %s", eb.Error.Message)
+			}
+			ents, _ := os.ReadDir(parent)
+			if len(ents) != 1 || ents[0].Name() != filepath.Base(e.ctxDir) {
+				t.Errorf("something was written next to the contexts directory: %v", ents)
+			}
+			if ents, _ := os.ReadDir(e.ctxDir); len(ents) != 0 {
+				t.Errorf("build context left behind: %v", ents)
+			}
+		})
+	}
+	if n := len(e.builder.requests()); n != 0 {
+		t.Errorf("the builder ran %d times on hostile contexts", n)
+	}
+	// A declared length over the cap is refused before the upload.
+	req, _ := http.NewRequest("POST", e.srv.URL+"/v1/templates?name=x", bytes.NewReader(make([]byte, 65<<10)))
+	req.Header.Set("Authorization", "Bearer "+tkAdminA)
+	req.Header.Set("Content-Type", "application/x-tar")
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("oversized Content-Length: %d", resp.StatusCode)
+	}
+}
+
+func TestBuildContextNotAccepted(t *testing.T) {
+	e := newTplEnv(t, func(tc *Templates) { tc.ContextDir = "" })
+	resp, b := e.raw("POST", "/v1/templates?name=x", map[string]string{"Authorization": "Bearer " + tkAdminA, "Content-Type": "application/x-tar"},
+		bytes.NewReader(tarOf(t, tent{name: "Airfile", body: okAirfile})))
+	if resp.StatusCode != http.StatusNotImplemented {
+		t.Errorf("got %d %s", resp.StatusCode, b)
+	}
+}
+
+func TestExtractContextLinks(t *testing.T) {
+	dir := t.TempDir()
+	ctx := filepath.Join(dir, "ctx")
+	if err := os.Mkdir(ctx, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// A link inside the context, then entries through it; a replaced
+	// file; a hard link; set-id bits dropped.
+	st, err := extractContext(context.Background(), ctx, bytes.NewReader(tarOf(t,
+		tent{name: "./", typ: tar.TypeDir},
+		tent{name: "sub/", typ: tar.TypeDir, mode: 0o500},
+		tent{name: "sub/f", body: "one", mode: 0o6755},
+		tent{name: "sub/f", body: "two"},
+		tent{name: "alias", typ: tar.TypeSymlink, link: "sub"},
+		tent{name: "alias/g", body: "via link"},
+		tent{name: "hard", typ: tar.TypeLink, link: "sub/f"},
+	)), 100, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Entries != 7 || st.Bytes != 14 {
+		t.Errorf("stats %+v", st)
+	}
+	snap := snapshot(ctx)
+	for k, v := range map[string]string{"sub": "dir", "sub/f": "644:two", "sub/g": "644:via link", "alias": "link:sub", "hard": "644:two"} {
+		if snap[k] != v {
+			t.Errorf("%s = %q, want %q (all: %v)", k, snap[k], v, snap)
+		}
+	}
+	fi, _ := os.Stat(filepath.Join(ctx, "sub"))
+	if fi.Mode().Perm() != 0o700 {
+		t.Errorf("sub mode %v, want owner access added", fi.Mode())
+	}
+}
+
+// FuzzExtractContext: whatever the tar stream, nothing is written outside
+// the target directory and a failure is an API error with a 4xx status.
+func FuzzExtractContext(f *testing.F) {
+	f.Add(tarOf(f, tent{name: "Airfile", body: okAirfile}, tent{name: "a/b", body: "x"}))
+	f.Add(tarOf(f, tent{name: "l", typ: tar.TypeSymlink, link: "../x"}))
+	f.Add(tarOf(f, tent{name: "l", typ: tar.TypeSymlink, link: "."}, tent{name: "l/l/f", body: "x"}))
+	f.Add(tarOf(f, tent{name: "d/", typ: tar.TypeDir}, tent{name: "d/../../x", body: "x"}))
+	f.Add(sparseBomb(f))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dir := t.TempDir()
+		ctx := filepath.Join(dir, "ctx")
+		if err := os.Mkdir(ctx, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		_, err := extractContext(context.Background(), ctx, bytes.NewReader(data), 1000, 1<<20)
+		if err != nil {
+			status, _, _ := publicError(err)
+			if status < 400 || status >= 500 {
+				t.Errorf("error %v maps to %d", err, status)
+			}
+		}
+		ents, _ := os.ReadDir(dir)
+		if len(ents) != 1 {
+			t.Errorf("written outside the context: %v", ents)
+		}
+	})
+}
+
+func TestRegistryAuthHeaderRoundTrip(t *testing.T) {
+	b, _ := json.Marshal(client.RegistryAuth{Username: "u", Password: "p"})
+	got, err := parseRegistryAuthHeader([]string{base64.URLEncoding.EncodeToString(b)})
+	if err != nil || got != (RegistryAuth{Username: "u", Password: "p"}) {
+		t.Errorf("got %+v, %v", got, err)
+	}
+	if got, err := parseRegistryAuthHeader([]string{"e30"}); err != nil || got != (RegistryAuth{}) { // {}
+		t.Errorf("empty credentials: %+v, %v", got, err)
+	}
+}

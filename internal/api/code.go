@@ -1,0 +1,408 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/interp"
+)
+
+// CodeRunner runs code in stateful contexts of sandboxes
+// (*interp.Manager). The API checks the sandbox's tenant first; errors
+// keep their errdefs classes.
+type CodeRunner interface {
+	Run(ctx context.Context, sandboxID string, req interp.RunRequest, emit func(interp.Event) error) error
+	CreateContext(ctx context.Context, sandboxID string, opts interp.ContextOptions) (interp.ContextInfo, error)
+	ListContexts(ctx context.Context, sandboxID string) ([]interp.ContextInfo, error)
+	DeleteContext(ctx context.Context, sandboxID, contextID string) error
+	RestartContext(ctx context.Context, sandboxID, contextID string) (interp.ContextInfo, error)
+	InterruptContext(ctx context.Context, sandboxID, contextID string) (bool, error)
+}
+
+var _ CodeRunner = (*interp.Manager)(nil)
+
+// The audit actions of the code interpreter.
+const (
+	ActionSandboxCode      = "sandbox.code"
+	ActionContextCreate    = "context.create"
+	ActionContextDelete    = "context.delete"
+	ActionContextRestart   = "context.restart"
+	ActionContextInterrupt = "context.interrupt"
+)
+
+// codeGrace is how long past its cell's timeout a code request may take
+// (the interrupt grace, the kernel's start) before the request gives up.
+const codeGrace = 2 * time.Minute
+
+// codeRequest is the body of POST /v1/sandboxes/{id}/code.
+type codeRequest struct {
+	Language  string            `json:"language"`
+	Code      *string           `json:"code"`
+	ContextID string            `json:"context_id"`
+	Env       map[string]string `json:"env"`
+	TimeoutS  int64             `json:"timeout_s"`
+}
+
+// contextRequest is the body of POST /v1/sandboxes/{id}/contexts.
+type contextRequest struct {
+	Language string            `json:"language"`
+	Cwd      string            `json:"cwd"`
+	Env      map[string]string `json:"env"`
+}
+
+// contextJSON is the wire form of a context.
+type contextJSON struct {
+	ID             string    `json:"id"`
+	Language       string    `json:"language"`
+	Cwd            string    `json:"cwd"`
+	Default        bool      `json:"default"`
+	State          string    `json:"state"`
+	Error          string    `json:"error,omitempty"`
+	ExecutionCount int       `json:"execution_count"`
+	CreatedAt      time.Time `json:"created_at"`
+}
+
+func contextOf(ci interp.ContextInfo) contextJSON {
+	return contextJSON{
+		ID: ci.ID, Language: string(ci.Language), Cwd: ci.Cwd, Default: ci.Default, State: string(ci.State),
+		Error: ci.Error, ExecutionCount: ci.ExecutionCount, CreatedAt: ci.CreatedAt,
+	}
+}
+
+// codeResultJSON is a result, and with Type "result" a streamed line.
+type codeResultJSON struct {
+	Type         string          `json:"type,omitempty"`
+	IsMainResult bool            `json:"is_main_result"`
+	Text         string          `json:"text,omitempty"`
+	HTML         string          `json:"html,omitempty"`
+	Markdown     string          `json:"markdown,omitempty"`
+	SVG          string          `json:"svg,omitempty"`
+	PNG          string          `json:"png,omitempty"`
+	JPEG         string          `json:"jpeg,omitempty"`
+	LaTeX        string          `json:"latex,omitempty"`
+	JSON         json.RawMessage `json:"json,omitempty"`
+	JavaScript   string          `json:"javascript,omitempty"`
+	Omitted      string          `json:"omitted,omitempty"`
+}
+
+func resultOf(r *interp.Result) codeResultJSON {
+	return codeResultJSON{
+		IsMainResult: r.IsMain, Text: r.Text, HTML: r.HTML, Markdown: r.Markdown, SVG: r.SVG,
+		PNG: r.PNG, JPEG: r.JPEG, LaTeX: r.LaTeX, JSON: r.JSON, JavaScript: r.JavaScript, Omitted: r.Omitted,
+	}
+}
+
+// codeErrorJSON is a cell's error, and with Type "error" a streamed line.
+type codeErrorJSON struct {
+	Type      string `json:"type,omitempty"`
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	Traceback string `json:"traceback"`
+}
+
+// codeEndJSON is how a cell ended, and with Type "end" the last streamed
+// line.
+type codeEndJSON struct {
+	Type             string `json:"type,omitempty"`
+	ContextID        string `json:"context_id"`
+	Language         string `json:"language"`
+	ExecutionCount   int    `json:"execution_count"`
+	Status           string `json:"status"`
+	ExitCode         int    `json:"exit_code"`
+	OutputTruncated  bool   `json:"output_truncated"`
+	ResultsTruncated bool   `json:"results_truncated"`
+	DurationMS       int64  `json:"duration_ms"`
+}
+
+func endOf(e *interp.End) codeEndJSON {
+	return codeEndJSON{
+		ContextID: e.ContextID, Language: string(e.Language), ExecutionCount: e.ExecutionCount,
+		Status: string(e.Status), ExitCode: e.ExitCode, OutputTruncated: e.OutputTruncated,
+		ResultsTruncated: e.ResultsTruncated, DurationMS: e.Duration.Milliseconds(),
+	}
+}
+
+// codeResponse is the buffered answer to a cell: how it ended, its
+// results in order, its output per stream and its error, if any.
+type codeResponse struct {
+	codeEndJSON
+	Results []codeResultJSON `json:"results"`
+	Stdout  string           `json:"stdout"`
+	Stderr  string           `json:"stderr"`
+	Error   *codeErrorJSON   `json:"error"`
+}
+
+// codeRunner returns the CodeRunner, or the error of a server without one.
+func (h *Handler) codeRunner() (CodeRunner, error) {
+	if h.code == nil {
+		return nil, fmt.Errorf("the code interpreter is not enabled on this server: %w", errdefs.ErrNotSupported)
+	}
+	return h.code, nil
+}
+
+// runRequest validates req into an interpreter request.
+func (req *codeRequest) runRequest() (interp.RunRequest, error) {
+	if req.Code == nil {
+		return interp.RunRequest{}, invalidf("code is required")
+	}
+	if req.TimeoutS < 0 || req.TimeoutS > maxTimeoutS {
+		return interp.RunRequest{}, invalidf("timeout_s must not be negative")
+	}
+	return interp.RunRequest{
+		ContextID: req.ContextID,
+		Language:  interp.Language(req.Language),
+		Code:      *req.Code,
+		Env:       req.Env,
+		Timeout:   time.Duration(req.TimeoutS) * time.Second,
+	}, nil
+}
+
+// runCode serves POST /v1/sandboxes/{id}/code.
+func (h *Handler) runCode(c *call) error {
+	sb, err := c.ownedSandbox()
+	if err != nil {
+		return err
+	}
+	runner, err := h.codeRunner()
+	if err != nil {
+		return err
+	}
+	var req codeRequest
+	if err := c.decodeJSON(&req, false); err != nil {
+		return err
+	}
+	rreq, err := req.runRequest()
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256([]byte(rreq.Code))
+	c.ev.Details = map[string]any{
+		"language":    strings.ToValidUTF8(truncate(req.Language, 32), "?"),
+		"code_sha256": hex.EncodeToString(sum[:]),
+		"code_bytes":  len(rreq.Code),
+	}
+	if rreq.ContextID != "" {
+		c.ev.Details["context_id"] = auditTarget(rreq.ContextID)
+	}
+	if err := c.begin(); err != nil {
+		return err
+	}
+	timeout := rreq.Timeout
+	if timeout == 0 {
+		timeout = time.Hour
+	}
+	ctx, cancel := context.WithTimeout(c.r.Context(), timeout+codeGrace)
+	defer cancel()
+	if wantsNDJSON(c.r) {
+		return h.codeStream(ctx, c, runner, sb.ID, rreq)
+	}
+	var out codeResponse
+	out.Results = []codeResultJSON{}
+	var stdout, stderr strings.Builder
+	err = runner.Run(ctx, sb.ID, rreq, func(ev interp.Event) error {
+		switch ev.Type {
+		case interp.EventStdout:
+			stdout.WriteString(ev.Text)
+		case interp.EventStderr:
+			stderr.WriteString(ev.Text)
+		case interp.EventResult:
+			out.Results = append(out.Results, resultOf(ev.Result))
+		case interp.EventError:
+			out.Error = &codeErrorJSON{Name: ev.Error.Name, Value: ev.Error.Value, Traceback: ev.Error.Traceback}
+		case interp.EventEnd:
+			out.codeEndJSON = endOf(ev.End)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	out.Stdout, out.Stderr = stdout.String(), stderr.String()
+	addCodeDetails(c, out.codeEndJSON)
+	if err := c.commit(); err != nil {
+		return err
+	}
+	return c.json(http.StatusOK, out)
+}
+
+// addCodeDetails records how the cell ended in the audit event.
+func addCodeDetails(c *call, e codeEndJSON) {
+	c.ev.Details["context_id"] = e.ContextID
+	c.ev.Details["language"] = e.Language
+	c.ev.Details["status"] = e.Status
+	c.ev.Details["duration_ms"] = e.DurationMS
+	if e.Language == string(interp.Bash) {
+		c.ev.Details["exit_code"] = e.ExitCode
+	}
+}
+
+// codeStream runs the cell with its events streamed as NDJSON lines. The
+// status line goes out with the first event, so that failures before the
+// cell runs are ordinary JSON errors.
+func (h *Handler) codeStream(ctx context.Context, c *call, runner CodeRunner, id string, req interp.RunRequest) error {
+	nw := &ndjsonWriter{c: c, rc: http.NewResponseController(c.w), idle: h.lim.WriteIdleTimeout}
+	defer nw.done()
+	ended := false
+	err := runner.Run(ctx, id, req, func(ev interp.Event) error {
+		switch ev.Type {
+		case interp.EventStdout, interp.EventStderr:
+			return nw.writeLine(outputEvent{Type: string(ev.Type), Data: ev.Text})
+		case interp.EventResult:
+			r := resultOf(ev.Result)
+			r.Type = "result"
+			return nw.writeLine(r)
+		case interp.EventError:
+			return nw.writeLine(codeErrorJSON{Type: "error", Name: ev.Error.Name, Value: ev.Error.Value, Traceback: ev.Error.Traceback})
+		case interp.EventEnd:
+			e := endOf(ev.End)
+			e.Type = "end"
+			ended = true
+			addCodeDetails(c, e)
+			c.record("ok")
+			return nw.writeLine(e)
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		return nil
+	case !c.w.started():
+		return err // nothing was sent: an ordinary error response
+	case !ended:
+		c.record(outcomeOf(err))
+	}
+	return nil // the client is gone; the cell was interrupted
+}
+
+// createContext serves POST /v1/sandboxes/{id}/contexts.
+func (h *Handler) createContext(c *call) error {
+	sb, err := c.ownedSandbox()
+	if err != nil {
+		return err
+	}
+	runner, err := h.codeRunner()
+	if err != nil {
+		return err
+	}
+	var req contextRequest
+	if err := c.decodeJSON(&req, false); err != nil {
+		return err
+	}
+	lang, err := interp.ParseLanguage(req.Language)
+	if err != nil {
+		return err
+	}
+	c.ev.Details = map[string]any{"language": string(lang)}
+	if err := c.begin(); err != nil {
+		return err
+	}
+	ci, err := runner.CreateContext(c.r.Context(), sb.ID, interp.ContextOptions{Language: lang, Cwd: req.Cwd, Env: req.Env})
+	if err != nil {
+		return err
+	}
+	c.ev.Details["context_id"] = ci.ID
+	if err := c.commit(); err != nil {
+		return err
+	}
+	return c.json(http.StatusCreated, contextOf(ci))
+}
+
+// listContexts serves GET /v1/sandboxes/{id}/contexts.
+func (h *Handler) listContexts(c *call) error {
+	sb, err := c.ownedSandbox()
+	if err != nil {
+		return err
+	}
+	runner, err := h.codeRunner()
+	if err != nil {
+		return err
+	}
+	list, err := runner.ListContexts(c.r.Context(), sb.ID)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Contexts []contextJSON `json:"contexts"`
+	}{Contexts: make([]contextJSON, 0, len(list))}
+	for _, ci := range list {
+		out.Contexts = append(out.Contexts, contextOf(ci))
+	}
+	return c.json(http.StatusOK, out)
+}
+
+// contextCall checks the sandbox's tenant, the runner and the context ID
+// of a request on one context, and records its intent.
+func (c *call) contextCall() (runner CodeRunner, sandboxID, contextID string, err error) {
+	sb, err := c.ownedSandbox()
+	if err != nil {
+		return nil, "", "", err
+	}
+	if runner, err = c.h.codeRunner(); err != nil {
+		return nil, "", "", err
+	}
+	contextID = c.r.PathValue("cid")
+	if !interp.ValidContextID(contextID) {
+		return nil, "", "", invalidf("malformed context id; want %s followed by 16 characters [a-z2-7]", interp.IDPrefix)
+	}
+	c.ev.Details = map[string]any{"context_id": contextID}
+	if err := c.begin(); err != nil {
+		return nil, "", "", err
+	}
+	return runner, sb.ID, contextID, nil
+}
+
+// deleteContext serves DELETE /v1/sandboxes/{id}/contexts/{cid}.
+func (h *Handler) deleteContext(c *call) error {
+	runner, id, cid, err := c.contextCall()
+	if err != nil {
+		return err
+	}
+	if err := runner.DeleteContext(c.r.Context(), id, cid); err != nil {
+		return err
+	}
+	if err := c.commit(); err != nil {
+		return err
+	}
+	c.w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// restartContext serves POST /v1/sandboxes/{id}/contexts/{cid}/restart.
+func (h *Handler) restartContext(c *call) error {
+	runner, id, cid, err := c.contextCall()
+	if err != nil {
+		return err
+	}
+	ci, err := runner.RestartContext(c.r.Context(), id, cid)
+	if err != nil {
+		return err
+	}
+	if err := c.commit(); err != nil {
+		return err
+	}
+	return c.json(http.StatusOK, contextOf(ci))
+}
+
+// interruptContext serves POST /v1/sandboxes/{id}/contexts/{cid}/interrupt.
+func (h *Handler) interruptContext(c *call) error {
+	runner, id, cid, err := c.contextCall()
+	if err != nil {
+		return err
+	}
+	running, err := runner.InterruptContext(c.r.Context(), id, cid)
+	if err != nil {
+		return err
+	}
+	c.ev.Details["interrupted"] = running
+	if err := c.commit(); err != nil {
+		return err
+	}
+	return c.json(http.StatusOK, map[string]bool{"interrupted": running})
+}

@@ -1,0 +1,512 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	"github.com/airlock-sandbox/airlock/internal/template"
+	"github.com/airlock-sandbox/airlock/internal/template/airfile"
+	"github.com/airlock-sandbox/airlock/internal/template/debian"
+	"github.com/airlock-sandbox/airlock/internal/template/layers"
+)
+
+// Caps and names of build requests.
+const (
+	// maxImageRef caps the from field.
+	maxImageRef = 1024
+	// maxCredential caps each registry credential.
+	maxCredential = 8192
+	// maxLogText caps one log line of a build stream.
+	maxLogText = 16 << 10
+	// maxInstructionText caps the instruction of a step line.
+	maxInstructionText = 4096
+	// progressEvery is the least time between two progress lines of one
+	// layer (the first and the last always go out).
+	progressEvery = 200 * time.Millisecond
+	// registryAuthHeader carries registry credentials with a build
+	// context upload: base64 of {"username","password"} or {"token"}.
+	registryAuthHeader = "X-Registry-Auth"
+	// tarType is the media type of a build context upload.
+	tarType = "application/x-tar"
+)
+
+// buildRequestJSON is the JSON body of POST /v1/templates. The base is
+// from (an image reference or template:NAME) or debian; airfile adds
+// steps (without COPY or ADD: a JSON request has no build context), or,
+// without from and debian, is the whole recipe including its base.
+type buildRequestJSON struct {
+	Name         string            `json:"name"`
+	From         string            `json:"from"`
+	Debian       *debianJSON       `json:"debian"`
+	Airfile      string            `json:"airfile"`
+	AllowSetuid  bool              `json:"allow_setuid"`
+	NoCache      bool              `json:"no_cache"`
+	Replace      bool              `json:"replace"`
+	Insecure     bool              `json:"insecure"`
+	RegistryAuth *registryAuthJSON `json:"registry_auth"`
+}
+
+// debianJSON is a Debian base: a suite and packages.
+type debianJSON struct {
+	Suite    string   `json:"suite"`
+	Packages []string `json:"packages"`
+}
+
+// registryAuthJSON is the wire form of RegistryAuth.
+type registryAuthJSON struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+	Token    string `json:"token"`
+}
+
+// buildLineJSON is one line of a streamed build. Numeric fields that are
+// zero are left out.
+type buildLineJSON struct {
+	Type        string              `json:"type"`
+	Step        int                 `json:"step,omitempty"`
+	Steps       int                 `json:"steps,omitempty"`
+	Instruction string              `json:"instruction,omitempty"`
+	Text        string              `json:"text,omitempty"`
+	Layer       int                 `json:"layer,omitempty"`
+	Layers      int                 `json:"layers,omitempty"`
+	Done        int64               `json:"done,omitempty"`
+	Total       int64               `json:"total,omitempty"`
+	Template    *templateDetailJSON `json:"template,omitempty"`
+	Error       *errorDetail        `json:"error,omitempty"`
+}
+
+// checkRegistryAuth validates credentials: a username with a password, or
+// a token, or nothing.
+func checkRegistryAuth(a RegistryAuth) error {
+	for _, f := range []struct{ name, v string }{{"username", a.Username}, {"password", a.Password}, {"token", a.Token}} {
+		if len(f.v) > maxCredential {
+			return invalidf("registry_auth.%s is longer than %d bytes", f.name, maxCredential)
+		}
+		if strings.ContainsFunc(f.v, unicode.IsControl) {
+			return invalidf("registry_auth.%s must not contain control characters", f.name)
+		}
+	}
+	switch {
+	case a.Token != "" && (a.Username != "" || a.Password != ""):
+		return invalidf("registry_auth takes a token or a username and password, not both")
+	case (a.Username == "") != (a.Password == ""):
+		return invalidf("registry_auth needs both a username and a password")
+	}
+	return nil
+}
+
+// parseRecipe parses text as an Airfile; withContext tells whether COPY
+// and ADD can read a build context. shift is the number of lines the API
+// put before the client's text (error line numbers are the client's).
+func parseRecipe(text string, withContext bool, shift int) (*airfile.File, error) {
+	f, err := airfile.Parse(strings.NewReader(text))
+	if err != nil {
+		var ae *airfile.Error
+		if errors.As(err, &ae) {
+			if ae.Line > shift {
+				return nil, invalidf("airfile line %d: %s", ae.Line-shift, ae.Msg)
+			}
+			return nil, invalidf("airfile: %s", ae.Msg)
+		}
+		return nil, err
+	}
+	if !withContext {
+		for _, s := range f.Steps {
+			if s.Kind == airfile.KindCopy || s.Kind == airfile.KindAdd {
+				return nil, invalidf("airfile line %d: %s needs a build context; send the context as a tar (Content-Type: %s) with the Airfile at its root",
+					s.Line-shift, s.Kind, tarType)
+			}
+		}
+	}
+	return f, nil
+}
+
+// buildFromJSON validates a JSON build request and turns it into a
+// BuildRequest and its parsed recipe.
+func buildFromJSON(in buildRequestJSON) (BuildRequest, *airfile.File, error) {
+	out := BuildRequest{Name: in.Name, Replace: in.Replace, NoCache: in.NoCache, AllowSetuid: in.AllowSetuid, Insecure: in.Insecure}
+	if in.Name == "" {
+		return out, nil, invalidf("name is required")
+	}
+	if err := template.ValidateName(in.Name); err != nil {
+		return out, nil, invalidf("name must match %s", template.NamePattern)
+	}
+	if in.RegistryAuth != nil {
+		out.Registry = RegistryAuth{Username: in.RegistryAuth.Username, Password: in.RegistryAuth.Password, Token: in.RegistryAuth.Token}
+	}
+	if err := checkRegistryAuth(out.Registry); err != nil {
+		return out, nil, err
+	}
+	var base string
+	switch {
+	case in.From != "" && in.Debian != nil:
+		return out, nil, invalidf("give either from or debian, not both")
+	case in.From != "":
+		if len(in.From) > maxImageRef || strings.ContainsFunc(in.From, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+			return out, nil, invalidf("from must be one image reference (at most %d bytes, no blanks)", maxImageRef)
+		}
+		base = "FROM " + in.From
+	case in.Debian != nil:
+		if err := debian.ValidateSuite(in.Debian.Suite); err != nil {
+			return out, nil, invalidf("debian.suite must be a release or suite name such as bookworm")
+		}
+		if len(in.Debian.Packages) > debian.MaxPackages {
+			return out, nil, invalidf("debian.packages has more than %d packages", debian.MaxPackages)
+		}
+		for _, p := range in.Debian.Packages {
+			if err := debian.ValidatePackage(p); err != nil {
+				return out, nil, invalidf("debian.packages: %q is not a Debian package name", clean(truncate(p, 80)))
+			}
+		}
+		base = strings.Join(append([]string{"DEBIAN", in.Debian.Suite}, in.Debian.Packages...), " ")
+	case strings.TrimSpace(in.Airfile) == "":
+		return out, nil, invalidf("give from (an image), debian (a suite and packages) or airfile (a recipe)")
+	}
+	text, shift := in.Airfile, 0
+	if base != "" {
+		text, shift = base+"\n"+in.Airfile, 1
+	}
+	f, err := parseRecipe(text, false, shift)
+	if err != nil {
+		return out, nil, err
+	}
+	out.Airfile = []byte(text)
+	return out, f, nil
+}
+
+// buildFromQuery parses the query of a build context upload: name
+// (required), replace, no_cache, allow_setuid and insecure (booleans).
+func buildFromQuery(raw string) (BuildRequest, error) {
+	var out BuildRequest
+	q, err := parseQuery(raw, "name", "replace", "no_cache", "allow_setuid", "insecure")
+	if err != nil {
+		return out, err
+	}
+	out.Name = q.Get("name")
+	if out.Name == "" {
+		return out, invalidf("the name query parameter is required")
+	}
+	if err := template.ValidateName(out.Name); err != nil {
+		return out, invalidf("name must match %s", template.NamePattern)
+	}
+	for _, b := range []struct {
+		key string
+		dst *bool
+	}{{"replace", &out.Replace}, {"no_cache", &out.NoCache}, {"allow_setuid", &out.AllowSetuid}, {"insecure", &out.Insecure}} {
+		if s := q.Get(b.key); s != "" {
+			v, err := strconv.ParseBool(s)
+			if err != nil {
+				return out, invalidf("%s must be true or false", b.key)
+			}
+			*b.dst = v
+		}
+	}
+	return out, nil
+}
+
+// parseRegistryAuthHeader decodes the X-Registry-Auth header (base64,
+// standard or URL alphabet, padded or not, of a registry_auth object).
+func parseRegistryAuthHeader(vals []string) (RegistryAuth, error) {
+	var out RegistryAuth
+	switch len(vals) {
+	case 0:
+		return out, nil
+	case 1:
+	default:
+		return out, invalidf("%s is given more than once", registryAuthHeader)
+	}
+	s := strings.TrimRight(strings.TrimSpace(vals[0]), "=")
+	var raw []byte
+	var err error
+	if strings.ContainsAny(s, "-_") {
+		raw, err = base64.RawURLEncoding.DecodeString(s)
+	} else {
+		raw, err = base64.RawStdEncoding.DecodeString(s)
+	}
+	if err != nil {
+		return out, invalidf("%s must be base64 of a JSON object", registryAuthHeader)
+	}
+	var a registryAuthJSON
+	if err := decodeJSONBytes(raw, &a, false); err != nil {
+		return out, invalidf("%s must be base64 of a JSON object with username and password, or token", registryAuthHeader)
+	}
+	out = RegistryAuth(a)
+	return out, checkRegistryAuth(out)
+}
+
+// baseText says what a recipe starts from, for the audit log.
+func baseText(f *airfile.File) string {
+	b := f.Base()
+	switch b.Kind {
+	case airfile.BaseTemplate:
+		return "template:" + b.Template
+	case airfile.BaseImage:
+		return b.Image
+	case airfile.BaseDebian:
+		return fmt.Sprintf("debian %s (%d packages)", b.Suite, len(b.Packages))
+	}
+	return string(b.Kind)
+}
+
+// buildTemplate serves POST /v1/templates: a JSON request, or a build
+// context (a tar with the Airfile at its root) with the parameters in
+// the query. With Accept: application/x-ndjson the build's progress is
+// streamed, ending with a "done" line holding the template or an "error"
+// line; otherwise the response is the template once it is built.
+func (h *Handler) buildTemplate(c *call) error {
+	ts := h.tpl
+	if ts == nil {
+		return templatesNotServed()
+	}
+	mt := ""
+	if ct := c.r.Header.Get("Content-Type"); ct != "" {
+		var err error
+		if mt, _, err = mime.ParseMediaType(ct); err != nil {
+			mt = "?"
+		}
+	}
+	switch {
+	case mt == tarType:
+		return h.buildContext(c, ts)
+	case mt == "" || mt == "application/json" || strings.HasSuffix(mt, "+json"):
+		var in buildRequestJSON
+		if err := c.decodeJSON(&in, false); err != nil {
+			return err
+		}
+		c.ev.Target = auditTarget(in.Name)
+		req, f, err := buildFromJSON(in)
+		if err != nil {
+			return err
+		}
+		release, err := ts.reserve(req.Name, req.Replace)
+		if err != nil {
+			return err
+		}
+		defer release()
+		return h.runBuild(c, ts, req, f, release)
+	}
+	return &apiError{status: http.StatusUnsupportedMediaType, code: CodeUnsupportedMediaType,
+		msg: "request body must be application/json or " + tarType}
+}
+
+// buildContext takes a build context upload: it validates the query,
+// unpacks the tar into a fresh directory under Templates.ContextDir, and
+// builds from its Airfile. The directory is removed afterwards.
+func (h *Handler) buildContext(c *call, ts *templateService) error {
+	if ts.cfg.ContextDir == "" {
+		return &apiError{status: http.StatusNotImplemented, code: CodeNotSupported, msg: "this server does not accept build contexts"}
+	}
+	req, err := buildFromQuery(c.r.URL.RawQuery)
+	if err != nil {
+		return err
+	}
+	c.ev.Target = req.Name
+	if req.Registry, err = parseRegistryAuthHeader(c.r.Header.Values(registryAuthHeader)); err != nil {
+		return err
+	}
+	if c.r.ContentLength > ts.cfg.MaxContextBytes {
+		return &apiError{status: http.StatusRequestEntityTooLarge, code: CodeRequestTooLarge,
+			msg: fmt.Sprintf("the build context is larger than the limit of %d bytes", ts.cfg.MaxContextBytes)}
+	}
+	release, err := ts.reserve(req.Name, req.Replace)
+	if err != nil {
+		return err
+	}
+	defer release()
+	dir, err := os.MkdirTemp(ts.cfg.ContextDir, "context-")
+	if err != nil {
+		return fmt.Errorf("build context directory: %w", err)
+	}
+	var once sync.Once
+	finish := func() {
+		once.Do(func() {
+			if err := os.RemoveAll(dir); err != nil {
+				h.log.Warn("removing a build context", "err", err)
+			}
+			release()
+		})
+	}
+	defer finish()
+	body := c.idleBody(http.MaxBytesReader(c.w, c.r.Body, ts.cfg.MaxContextBytes))
+	st, err := extractContext(c.r.Context(), dir, body, ts.cfg.MaxContextFiles, ts.cfg.MaxContextBytes)
+	body.done()
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return &apiError{status: http.StatusRequestEntityTooLarge, code: CodeRequestTooLarge,
+				msg: fmt.Sprintf("the build context is larger than the limit of %d bytes", ts.cfg.MaxContextBytes)}
+		}
+		return err
+	}
+	text, err := readContextAirfile(dir)
+	if err != nil {
+		return err
+	}
+	f, err := parseRecipe(string(text), true, 0)
+	if err != nil {
+		return err
+	}
+	req.Airfile, req.ContextDir = text, dir
+	c.ev.Details = map[string]any{"context_entries": st.Entries, "context_bytes": st.Bytes}
+	return h.runBuild(c, ts, req, f, finish)
+}
+
+// runBuild records the intent, builds, registers the template and
+// answers (streamed or not). release gives the name back and removes the
+// build context; it is called before the answer, so that a client can
+// retry at once and finds everything cleaned up.
+func (h *Handler) runBuild(c *call, ts *templateService, req BuildRequest, f *airfile.File, release func()) error {
+	sum := sha256.Sum256(req.Airfile)
+	if c.ev.Details == nil {
+		c.ev.Details = map[string]any{}
+	}
+	d := c.ev.Details
+	d["source"] = baseText(f)
+	d["steps"] = len(f.Steps)
+	d["airfile_sha256"] = hex.EncodeToString(sum[:])
+	d["no_cache"] = req.NoCache
+	if req.Replace {
+		d["replace"] = true
+	}
+	d["allow_setuid"] = req.AllowSetuid
+	if req.Insecure {
+		d["insecure"] = true
+	}
+	if req.Registry != (RegistryAuth{}) {
+		d["registry_auth"] = true // never the credentials
+	}
+	if err := c.begin(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(c.r.Context(), ts.cfg.BuildTimeout)
+	defer cancel()
+	if !wantsNDJSON(c.r) {
+		m, err := ts.cfg.Builder.Build(ctx, req, nil)
+		if err == nil {
+			err = ts.register(req.Name)
+		}
+		release()
+		if err != nil {
+			return err
+		}
+		addBuildDetails(c, m)
+		if err := c.commit(); err != nil {
+			return err
+		}
+		c.w.Header().Set("Location", "/v1/templates/"+req.Name)
+		return c.json(http.StatusCreated, ts.detail(m))
+	}
+	nw := &ndjsonWriter{c: c, rc: http.NewResponseController(c.w), idle: h.lim.WriteIdleTimeout, onFail: cancel}
+	defer nw.done()
+	if err := nw.start(); err != nil {
+		return err // the client is gone
+	}
+	sink := &buildSink{write: func(l buildLineJSON) { _ = nw.writeLine(l) }, now: time.Now}
+	m, err := ts.cfg.Builder.Build(ctx, req, sink.emit)
+	sink.close()
+	if err == nil {
+		err = ts.register(req.Name)
+	}
+	release()
+	if err != nil {
+		c.record(outcomeOf(err))
+		_, code, msg := publicError(err)
+		if code == CodeInternal || code == CodeUnavailable {
+			h.log.Error("template build failed", "template", req.Name, "err", err)
+		}
+		_ = nw.writeLine(buildLineJSON{Type: "error", Error: &errorDetail{Code: code, Message: msg}})
+		return nil // the stream has started: the error line reports it
+	}
+	addBuildDetails(c, m)
+	c.record("ok")
+	detail := ts.detail(m)
+	_ = nw.writeLine(buildLineJSON{Type: "done", Template: &detail})
+	return nil
+}
+
+// addBuildDetails records the built template in the audit event.
+func addBuildDetails(c *call, m layers.Manifest) {
+	c.ev.Details["layers"] = m.Layers
+	c.ev.Details["size"] = m.Size
+}
+
+// buildSink turns builder events into stream lines: "done" events are
+// dropped (the API sends its own once the template is usable), text is
+// capped and made valid UTF-8, and progress lines of one layer are sent
+// at most every progressEvery, except the first and the final one.
+type buildSink struct {
+	write func(buildLineJSON)
+	now   func() time.Time
+
+	mu     sync.Mutex
+	closed bool
+	last   map[[2]int]time.Time // by step and layer: when a progress line went out
+}
+
+type progressKey = [2]int
+
+func (s *buildSink) emit(ev BuildEvent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	line, ok := s.lineLocked(ev)
+	if ok {
+		s.write(line)
+	}
+}
+
+// close drops events that arrive after the build returned.
+func (s *buildSink) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+}
+
+func (s *buildSink) lineLocked(ev BuildEvent) (buildLineJSON, bool) {
+	line := buildLineJSON{Type: ev.Type, Step: max(ev.Step, 0), Steps: max(ev.Steps, 0)}
+	switch ev.Type {
+	case "step", "cached":
+		line.Instruction = capText(ev.Instruction, maxInstructionText)
+	case "log":
+		line.Text = capText(strings.TrimRight(ev.Text, "\r\n"), maxLogText)
+	case "progress":
+		line.Layer, line.Layers = max(ev.Layer, 0), max(ev.Layers, 0)
+		line.Done, line.Total = max(ev.Done, 0), max(ev.Total, 0)
+		key := progressKey{ev.Step, ev.Layer}
+		now := s.now()
+		final := line.Total > 0 && line.Done >= line.Total
+		if last, seen := s.last[key]; seen && !final && now.Sub(last) < progressEvery {
+			return line, false
+		}
+		if s.last == nil {
+			s.last = make(map[progressKey]time.Time)
+		}
+		s.last[key] = now
+	default:
+		return line, false
+	}
+	return line, true
+}
+
+// capText makes s valid UTF-8 of at most n bytes.
+func capText(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) > n {
+		s = strings.ToValidUTF8(s[:n], "") + "..."
+	}
+	return s
+}

@@ -1,0 +1,142 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+
+	"github.com/airlock-sandbox/airlock/internal/api"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/runtime"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/template"
+	"github.com/airlock-sandbox/airlock/internal/template/build"
+	"github.com/airlock-sandbox/airlock/internal/template/layers"
+	"github.com/airlock-sandbox/airlock/internal/template/oci"
+)
+
+// Template directories under <data-dir>/templates (the host template's
+// cache is <data-dir>/templates/host).
+const (
+	templateStoreDir    = "store"    // the layer store: layers, manifests, step cache
+	templateWorkDir     = "work"     // the builder's scratch space
+	templateContextsDir = "contexts" // uploaded build contexts, one directory per build
+)
+
+// templateStore is the daemon's layer store with its in-use hook, which
+// asks the sandbox manager once there is one.
+type templateStore struct {
+	store *layers.Store
+	mgr   atomic.Pointer[sandbox.Manager]
+}
+
+// openTemplateStore opens the store under <data-dir>/templates/store and
+// deletes the layers no template uses (leftovers of interrupted builds).
+// Until the manager is set, every template counts as in use.
+func openTemplateStore(ctx context.Context, dataDir string, log *slog.Logger) (*templateStore, error) {
+	ts := &templateStore{}
+	store, err := layers.Open(filepath.Join(dataDir, templatesDir, templateStoreDir), layers.Options{
+		// Called under the store's lock; TemplateInUse takes only the
+		// manager's lock, and the manager never calls the store while
+		// holding it.
+		InUse: func(name string) bool {
+			m := ts.mgr.Load()
+			return m == nil || m.TemplateInUse(name)
+		},
+		Logger: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("template store: %w", err)
+	}
+	ts.store = store
+	freed, err := store.Prune(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("template store: prune: %w", err)
+	}
+	if freed.Layers > 0 {
+		log.Info("template store: deleted unused layers", "layers", freed.Layers, "bytes", freed.Bytes)
+	}
+	return ts, nil
+}
+
+// registerStored adds the stored templates to reg; a stored template whose
+// name a built-in one has is left out with a warning.
+func registerStored(reg *template.Registry, store *layers.Store, log *slog.Logger) error {
+	for _, src := range template.StoredSources(store) {
+		err := reg.Add(src)
+		if errors.Is(err, errdefs.ErrAlreadyExists) {
+			log.Warn("a stored template has the name of a built-in one and is not offered", "template", src.Name())
+			continue
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// templateRoutes builds the API's template configuration: the builder
+// (RUN steps run on rt) and an emptied directory for build contexts.
+func templateRoutes(dataDir string, ts *templateStore, rt runtime.Runtime, reg *template.Registry, log *slog.Logger) (*api.Templates, error) {
+	b, err := build.New(build.Config{
+		Store:     ts.store,
+		Runtime:   rt,
+		Templates: reg,
+		WorkDir:   filepath.Join(dataDir, templatesDir, templateWorkDir),
+		Logger:    log.With("component", "build"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	contexts := filepath.Join(dataDir, templatesDir, templateContextsDir)
+	if err := os.RemoveAll(contexts); err != nil {
+		return nil, fmt.Errorf("build contexts: %w", err)
+	}
+	if err := os.MkdirAll(contexts, 0o700); err != nil {
+		return nil, fmt.Errorf("build contexts: %w", err)
+	}
+	return &api.Templates{
+		Registry:   reg,
+		Store:      ts.store,
+		Builder:    builder{b},
+		ContextDir: contexts,
+		Source:     func(name string) (template.Source, error) { return template.NewStored(ts.store, name) },
+	}, nil
+}
+
+// builder adapts *build.Builder to api.TemplateBuilder.
+type builder struct{ b *build.Builder }
+
+var _ api.TemplateBuilder = builder{}
+
+// Build runs req; set-id bits are stripped unless allowed.
+func (b builder) Build(ctx context.Context, req api.BuildRequest, events func(api.BuildEvent)) (layers.Manifest, error) {
+	breq := build.Request{
+		Name:        req.Name,
+		Airfile:     req.Airfile,
+		ContextDir:  req.ContextDir,
+		NoCache:     req.NoCache,
+		AllowSetuid: req.AllowSetuid,
+		StripSetuid: !req.AllowSetuid,
+		Pull: oci.Options{
+			Username: req.Registry.Username,
+			Password: req.Registry.Password,
+			Token:    req.Registry.Token,
+			Insecure: req.Insecure,
+		},
+	}
+	var f func(build.Event)
+	if events != nil {
+		f = func(ev build.Event) {
+			events(api.BuildEvent{
+				Type: ev.Type, Step: ev.Step, Steps: ev.Steps, Instruction: ev.Instruction, Text: ev.Text,
+				Layer: ev.Layer, Layers: ev.Layers, Done: ev.Done, Total: ev.Total,
+			})
+		}
+	}
+	return b.b.Build(ctx, breq, f)
+}
