@@ -88,6 +88,9 @@ func (p *pool) nudge() {
 // described by rs. ok is false when the pool is empty. The caller has
 // reserved a concurrency slot; claim keeps it only when ok.
 func (m *Manager) claim(ctx context.Context, p *pool, rs resolvedSpec) (sb Sandbox, ok bool, err error) {
+	// The refill is a cold create: on a small host it would compete for
+	// the CPU with this claim, so it starts once the claim is done.
+	defer p.nudge()
 	for {
 		m.mu.Lock()
 		if len(p.members) == 0 {
@@ -98,12 +101,26 @@ func (m *Manager) claim(ctx context.Context, p *pool, rs resolvedSpec) (sb Sandb
 		p.members[0] = nil
 		p.members = p.members[1:]
 		m.mu.Unlock()
-		p.nudge()
 
-		// A member whose agent died would hand out a broken sandbox.
+		now := time.Now()
+		rec := m.claimRecord(pm, p, rs, now)
+		// A member whose agent died would hand out a broken sandbox. The
+		// ping and the state file are independent: do them side by side.
+		saved := make(chan error, 1)
+		go func() { saved <- m.state.save(rec.sb.ID, persistedOf(&rec.sb)) }()
 		pctx, cancel := context.WithTimeout(ctx, m.cfg.HealthTimeout)
 		_, perr := pm.client.Info(pctx)
 		cancel()
+		serr := <-saved
+		if perr != nil || serr != nil {
+			_ = m.state.remove(rec.sb.ID)
+		}
+		if perr == nil && serr != nil {
+			if derr := m.destroyMember(ctx, pm); derr != nil {
+				m.log.Warn("destroying pool member", "sandbox", pm.inst.ID(), "err", derr)
+			}
+			return Sandbox{}, false, serr
+		}
 		if perr != nil {
 			if err := m.destroyMember(ctx, pm); err != nil {
 				m.log.Warn("destroying pool member", "sandbox", pm.inst.ID(), "err", err)
@@ -115,32 +132,6 @@ func (m *Manager) claim(ctx context.Context, p *pool, rs resolvedSpec) (sb Sandb
 			continue
 		}
 
-		now := time.Now()
-		rec := &record{
-			sb: Sandbox{
-				ID:           pm.inst.ID(),
-				Owner:        rs.owner,
-				Template:     p.template,
-				State:        StateRunning,
-				Limits:       rs.limits,
-				Env:          rs.env,
-				Metadata:     rs.metadata,
-				CreatedAt:    now,
-				ExpiresAt:    now.Add(rs.timeout),
-				MaxExpiresAt: now.Add(m.cfg.MaxLifetime),
-				IdleTimeout:  rs.idleTimeout,
-				LastActivity: now,
-			},
-			inst:    pm.inst,
-			client:  pm.client,
-			created: closedChan(),
-		}
-		if err := m.state.save(rec.sb.ID, persistedOf(&rec.sb)); err != nil {
-			if derr := m.destroyMember(ctx, pm); derr != nil {
-				m.log.Warn("destroying pool member", "sandbox", pm.inst.ID(), "err", derr)
-			}
-			return Sandbox{}, false, err
-		}
 		m.mu.Lock()
 		m.records[rec.sb.ID] = rec
 		sb = rec.snapshot()
@@ -148,6 +139,29 @@ func (m *Manager) claim(ctx context.Context, p *pool, rs resolvedSpec) (sb Sandb
 		m.log.Info("sandbox claimed from pool", "sandbox", sb.ID, "template", sb.Template,
 			"took", time.Since(now).Round(time.Microsecond))
 		return sb, true, nil
+	}
+}
+
+// claimRecord is the record of pool member pm handed out as rs at now.
+func (m *Manager) claimRecord(pm *poolMember, p *pool, rs resolvedSpec, now time.Time) *record {
+	return &record{
+		sb: Sandbox{
+			ID:           pm.inst.ID(),
+			Owner:        rs.owner,
+			Template:     p.template,
+			State:        StateRunning,
+			Limits:       rs.limits,
+			Env:          rs.env,
+			Metadata:     rs.metadata,
+			CreatedAt:    now,
+			ExpiresAt:    now.Add(rs.timeout),
+			MaxExpiresAt: now.Add(m.cfg.MaxLifetime),
+			IdleTimeout:  rs.idleTimeout,
+			LastActivity: now,
+		},
+		inst:    pm.inst,
+		client:  pm.client,
+		created: closedChan(),
 	}
 }
 
