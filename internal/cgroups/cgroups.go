@@ -34,12 +34,14 @@
 //
 // # Order of operations
 //
-// Create; start the agent held; Enter(pid); the agent unshares its cgroup
-// namespace, which is then rooted at <id>; MoveToAgent(pid); Delegate and
-// pass the directories (Delegation.ExtraFiles, OpenSpec). The namespace root
-// matters on v2 hosts mounted with nsdelegate (systemd's default): a process
-// may only move tasks between cgroups inside its namespace, and agent/ and
-// work/ meet at <id>.
+// Create; StartInAgent, so that the agent begins life in <id>/agent (no
+// migration); Delegate and pass the directories (Delegation.ExtraFiles,
+// OpenSpec); the agent then unshares its cgroup namespace, rooted at its own
+// cgroup. Enter and MoveToAgent move an already running process instead,
+// at the cost of a migration. On v2 hosts mounted with nsdelegate
+// (systemd's default) a process may only move tasks between cgroups inside
+// its namespace; that case is not exercised on the v1 host this is
+// developed on.
 //
 // # Why hand-written
 //

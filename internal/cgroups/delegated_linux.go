@@ -276,10 +276,20 @@ func (e *Exec) Start(attr *syscall.SysProcAttr, start func() (int, error)) (int,
 	if e.d.closed {
 		return 0, fmt.Errorf("cgroups: delegation closed: %w", errdefs.ErrFailedPrecondition)
 	}
-	// A fresh goroutine, so that if its thread cannot be moved back it can
-	// exit still locked, which makes Go terminate the thread at once: a
-	// thread of the agent left inside an exec cgroup would be frozen and
-	// signalled with it by Kill.
+	// If the thread cannot be moved back, it ends: a thread of the agent
+	// left inside an exec cgroup would be frozen and signalled with it by
+	// Kill.
+	return forkIn(e.g, e.d.home, true, start)
+}
+
+// forkIn calls start on a fresh OS thread that has moved itself into g in
+// every hierarchy, then moves the thread on to back (in the hierarchies it
+// entered). With keep, the thread returns to Go's pool when both moves
+// succeeded, and a failure to move back is reported; otherwise the thread
+// ends with its goroutine (Go terminates a thread whose goroutine exits
+// locked), so that no thread of the caller stays in a cgroup that may be
+// frozen or killed.
+func forkIn(g, back *group, keep bool, start func() (int, error)) (int, error) {
 	type result struct {
 		pid int
 		err error
@@ -287,22 +297,24 @@ func (e *Exec) Start(attr *syscall.SysProcAttr, start func() (int, error)) (int,
 	ch := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
-		if n, err := moveSelf(e.g, len(e.g.dirs)); err != nil {
-			if _, berr := moveSelf(e.d.home, n); berr != nil {
-				ch <- result{0, errors.Join(err, berr)}
-				return // still locked: the thread ends with the goroutine
-			}
-			runtime.UnlockOSThread()
-			ch <- result{0, err}
-			return
+		var r result
+		n, err := moveSelf(g, len(g.dirs))
+		if err != nil {
+			r.err = err
+		} else {
+			r.pid, r.err = start()
 		}
-		pid, serr := start()
-		if _, berr := moveSelf(e.d.home, len(e.g.dirs)); berr != nil {
-			ch <- result{pid, errors.Join(serr, berr)}
+		if _, berr := moveSelf(back, n); berr != nil {
+			if keep {
+				r.err = errors.Join(r.err, berr)
+			}
+			ch <- r
 			return // still locked: the thread ends with the goroutine
 		}
-		runtime.UnlockOSThread()
-		ch <- result{pid, serr}
+		if keep {
+			runtime.UnlockOSThread()
+		}
+		ch <- r
 	}()
 	r := <-ch
 	return r.pid, r.err

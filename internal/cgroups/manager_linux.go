@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -451,31 +450,15 @@ func (s *Sandbox) StartInAgent(attr *syscall.SysProcAttr, start func() (int, err
 			return pid, err
 		}
 	} else {
-		type result struct {
-			pid int
-			err error
-		}
+		// The thread leaves for the parent, which nothing kills or
+		// freezes, and ends: a Kill of the sandbox can never catch a
+		// thread of the daemon.
 		parent, err := s.m.group(s.m.parent)
 		if err != nil {
 			return 0, err
 		}
 		defer parent.close()
-		ch := make(chan result, 1)
-		go func() {
-			runtime.LockOSThread()
-			// Never unlocked: the thread ends with this goroutine. It
-			// leaves the sandbox's cgroups first (for the parent, which
-			// nothing kills or freezes), so that a Kill of the sandbox
-			// can never catch a thread of the daemon.
-			var r result
-			if _, r.err = moveSelf(a, len(a.dirs)); r.err == nil {
-				r.pid, r.err = start()
-			}
-			_, _ = moveSelf(parent, len(parent.dirs))
-			ch <- r
-		}()
-		r := <-ch
-		if pid, err = r.pid, r.err; err != nil {
+		if pid, err = forkIn(a, parent, false, start); err != nil {
 			return pid, err
 		}
 	}

@@ -104,6 +104,12 @@ type Rootfs struct {
 	Workdir string `json:"workdir,omitempty"`
 }
 
+// MaxLayers is the most read-only layers a Rootfs may stack. Overlayfs
+// takes up to 500, but each layer's id-mapped mount travels to the agent in
+// one SCM_RIGHTS message and each adds a path to the mount options, which
+// must fit in a page; Docker's own limit is 127.
+const MaxLayers = 128
+
 // Bind mounts a host path into the sandbox read-only.
 type Bind struct {
 	Source string `json:"source"` // absolute host path

@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/runtime"
 )
 
 // Template layers hold files owned by the ids the sandbox should see
@@ -110,7 +112,7 @@ func sendConfig(f *os.File, b []byte, files []*os.File) error {
 // memfd).
 func readConfigFD(fd, max int) (b []byte, fds []int, err error) {
 	buf := make([]byte, 64<<10)
-	oob := make([]byte, unix.CmsgSpace(4*maxLayers))
+	oob := make([]byte, unix.CmsgSpace(4*runtime.MaxLayers))
 	sock := true
 	defer func() {
 		if err != nil {

@@ -274,10 +274,6 @@ func (r *Runtime) fillLimits(l runtime.Limits) (runtime.Limits, error) {
 	return l, nil
 }
 
-// maxLayers caps the read-only layers of a rootfs: Docker's own limit is
-// 127, and the layers' descriptors must fit in one SCM_RIGHTS message.
-const maxLayers = 128
-
 func validateSpec(spec *runtime.Spec) error {
 	if !runtime.IDPattern.MatchString(spec.ID) {
 		return fmt.Errorf("sandbox id %q: %w", spec.ID, errdefs.ErrInvalidArgument)
@@ -285,8 +281,8 @@ func validateSpec(spec *runtime.Spec) error {
 	if len(spec.Rootfs.Layers) == 0 {
 		return fmt.Errorf("sandbox %s: rootfs has no layers: %w", spec.ID, errdefs.ErrInvalidArgument)
 	}
-	if len(spec.Rootfs.Layers) > maxLayers {
-		return fmt.Errorf("sandbox %s: rootfs has %d layers, at most %d are supported: %w", spec.ID, len(spec.Rootfs.Layers), maxLayers, errdefs.ErrInvalidArgument)
+	if len(spec.Rootfs.Layers) > runtime.MaxLayers {
+		return fmt.Errorf("sandbox %s: rootfs has %d layers, at most %d are supported: %w", spec.ID, len(spec.Rootfs.Layers), runtime.MaxLayers, errdefs.ErrInvalidArgument)
 	}
 	for _, l := range spec.Rootfs.Layers {
 		if !filepath.IsAbs(l) {
