@@ -15,6 +15,7 @@
 package client
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -177,4 +178,88 @@ func (c *Client) decodeBody(resp *http.Response, out any) error {
 		return fmt.Errorf("airlock: decode response: %w", err)
 	}
 	return nil
+}
+
+// openStream POSTs body to path with query q, with the headers of hdr,
+// and returns the NDJSON answer (status 200). The caller closes its body.
+func (c *Client) openStream(ctx context.Context, path string, q url.Values, body io.Reader, hdr http.Header) (*http.Response, error) {
+	req, err := c.newRequest(ctx, http.MethodPost, path, q, body)
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range hdr {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	req.Header.Set("Accept", "application/x-ndjson")
+	return c.send(req, http.StatusOK)
+}
+
+// streamJSON POSTs in as JSON to path and hands the lines of the NDJSON
+// answer to fn as readStream does; the request ends when streamJSON
+// returns.
+func streamJSON[T any](ctx context.Context, c *Client, path string, in any, what string, maxLine int, fn func(*T) (bool, error)) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return fmt.Errorf("airlock: encode request: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	resp, err := c.openStream(ctx, path, nil, bytes.NewReader(b), http.Header{"Content-Type": {"application/json"}})
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return readStream(resp.Body, what, maxLine, fn)
+}
+
+// readStream decodes each NDJSON line of r (at most maxLine bytes) into a
+// new T and passes it to fn, until fn reports the stream done or fails.
+// what names the stream in errors ("exec stream"); a stream that ends
+// before fn is done is ErrUnavailable.
+func readStream[T any](r io.Reader, what string, maxLine int, fn func(*T) (done bool, err error)) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), maxLine)
+	for sc.Scan() {
+		var line T
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			return fmt.Errorf("airlock: %s: malformed line: %w", what, err)
+		}
+		if done, err := fn(&line); done || err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return fmt.Errorf("airlock: %s: line longer than %d bytes: %w", what, maxLine, ErrResponseTooLarge)
+		}
+		return fmt.Errorf("airlock: %s: %w", what, err)
+	}
+	return fmt.Errorf("airlock: %s ended without a result: %w", what, ErrUnavailable)
+}
+
+// errDetail is the error object of a stream's error line.
+type errDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// parseErrDetail decodes raw as an error object; nil if it is not one.
+func parseErrDetail(raw json.RawMessage) *errDetail {
+	var d errDetail
+	if json.Unmarshal(raw, &d) != nil {
+		return nil
+	}
+	return &d
+}
+
+// apiError is the error a stream's error line reports: d's code and
+// message, or an internal error saying fallback when d has no code.
+func (d *errDetail) apiError(fallback string) *APIError {
+	e := &APIError{Status: http.StatusOK, Code: "internal", Message: fallback}
+	if d != nil && d.Code != "" {
+		e.Code, e.Message = d.Code, d.Message
+	}
+	return e
 }

@@ -1,11 +1,8 @@
 package client
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -224,32 +221,9 @@ func (c *Client) RunCodeStream(ctx context.Context, id string, req RunCodeReques
 	if err != nil {
 		return nil, err
 	}
-	raw, err := json.Marshal(b)
-	if err != nil {
-		return nil, fmt.Errorf("airlock: encode request: %w", err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	hreq, err := c.newRequest(ctx, http.MethodPost, sandboxPath(id, "/code"), nil, bytes.NewReader(raw))
-	if err != nil {
-		return nil, err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "application/x-ndjson")
-	resp, err := c.send(hreq, http.StatusOK)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
 	x := &CodeExecution{}
 	var stdout, stderr strings.Builder
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), maxCodeLine)
-	for sc.Scan() {
-		var line codeLine
-		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-			return nil, fmt.Errorf("airlock: code stream: malformed line: %w", err)
-		}
+	err = streamJSON(ctx, c, sandboxPath(id, "/code"), b, "code stream", maxCodeLine, func(line *codeLine) (bool, error) {
 		var ev CodeEvent
 		switch line.Type {
 		case "stdout", "stderr":
@@ -266,35 +240,26 @@ func (c *Client) RunCodeStream(ctx context.Context, id string, req RunCodeReques
 		case "error":
 			if len(line.ErrorObj) > 0 && line.ErrorObj[0] == '{' {
 				// The stream broke: {"type":"error","error":{...}}.
-				e := &APIError{Status: resp.StatusCode, Code: "internal", Message: "code stream failed"}
-				var d errDetail
-				if json.Unmarshal(line.ErrorObj, &d) == nil && d.Code != "" {
-					e.Code, e.Message = d.Code, d.Message
-				}
-				return nil, e
+				return true, parseErrDetail(line.ErrorObj).apiError("code stream failed")
 			}
 			x.Error = &CodeError{Name: line.Name, Value: line.Value, Traceback: line.Traceback}
 			ev = CodeEvent{Type: "error", Error: x.Error}
 		case "end":
 			line.codeEnd.fill(x)
 			x.Stdout, x.Stderr = stdout.String(), stderr.String()
-			return x, nil
+			return true, nil
 		default:
-			continue
+			return false, nil
 		}
 		if onEvent != nil {
-			if err := onEvent(ev); err != nil {
-				return nil, err
-			}
+			return false, onEvent(ev)
 		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, fmt.Errorf("airlock: code stream: line longer than %d bytes: %w", maxCodeLine, ErrResponseTooLarge)
-		}
-		return nil, fmt.Errorf("airlock: code stream: %w", err)
-	}
-	return nil, fmt.Errorf("airlock: code stream ended without its end: %w", ErrUnavailable)
+	return x, nil
 }
 
 // CodeContext is a stateful code context of a sandbox.

@@ -1,11 +1,8 @@
 package client
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -181,11 +178,6 @@ type streamLine struct {
 	Error json.RawMessage `json:"error"`
 }
 
-type errDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
 // ExecStream runs a command in sandbox id and calls onOutput with each
 // chunk of output as the server receives it (in order, from one
 // goroutine; data is only valid during the call). If onOutput returns an
@@ -199,30 +191,8 @@ func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest, onO
 	if err != nil {
 		return nil, err
 	}
-	raw, err := json.Marshal(b)
-	if err != nil {
-		return nil, fmt.Errorf("airlock: encode request: %w", err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	hreq, err := c.newRequest(ctx, http.MethodPost, sandboxPath(id, "/exec"), nil, bytes.NewReader(raw))
-	if err != nil {
-		return nil, err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "application/x-ndjson")
-	resp, err := c.send(hreq, http.StatusOK)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), maxStreamLine)
-	for sc.Scan() {
-		var line streamLine
-		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-			return nil, fmt.Errorf("airlock: exec stream: malformed line: %w", err)
-		}
+	var res *ExecResult
+	err = streamJSON(ctx, c, sandboxPath(id, "/exec"), b, "exec stream", maxStreamLine, func(line *streamLine) (bool, error) {
 		switch line.Type {
 		case string(Stdout), string(Stderr):
 			data := line.DataB64
@@ -230,30 +200,21 @@ func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest, onO
 				data = []byte(*line.Data)
 			}
 			if onOutput != nil && len(data) > 0 {
-				if err := onOutput(Stream(line.Type), data); err != nil {
-					return nil, err
-				}
+				return false, onOutput(Stream(line.Type), data)
 			}
 		case "exit":
-			res := line.result()
+			res = line.result()
 			if len(line.Error) > 0 {
 				_ = json.Unmarshal(line.Error, &res.Error)
 			}
-			return res, nil
+			return true, nil
 		case "error":
-			e := &APIError{Status: resp.StatusCode, Code: "internal", Message: "exec stream failed"}
-			var d errDetail
-			if json.Unmarshal(line.Error, &d) == nil && d.Code != "" {
-				e.Code, e.Message = d.Code, d.Message
-			}
-			return nil, e
+			return true, parseErrDetail(line.Error).apiError("exec stream failed")
 		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, fmt.Errorf("airlock: exec stream: line longer than %d bytes: %w", maxStreamLine, ErrResponseTooLarge)
-		}
-		return nil, fmt.Errorf("airlock: exec stream: %w", err)
-	}
-	return nil, fmt.Errorf("airlock: exec stream ended without a result: %w", ErrUnavailable)
+	return res, nil
 }

@@ -2,8 +2,6 @@ package client
 
 import (
 	"archive/tar"
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -247,24 +245,11 @@ func (c *Client) BuildTemplate(ctx context.Context, req BuildTemplateRequest, on
 		Insecure     bool          `json:"insecure,omitempty"`
 		RegistryAuth *RegistryAuth `json:"registry_auth,omitempty"`
 	}{req.Name, req.From, req.Debian, req.Airfile, req.Replace, req.AllowSetuid, req.NoCache, req.Insecure, req.RegistryAuth}
-	b, err := json.Marshal(in)
-	if err != nil {
-		return nil, fmt.Errorf("airlock: encode request: %w", err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	hreq, err := c.newRequest(ctx, http.MethodPost, "/v1/templates", nil, bytes.NewReader(b))
-	if err != nil {
+	var tpl *TemplateDetail
+	if err := streamJSON(ctx, c, "/v1/templates", in, "build stream", maxBuildLine, onBuildLine(&tpl, onEvent)); err != nil {
 		return nil, err
 	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "application/x-ndjson")
-	resp, err := c.send(hreq, http.StatusOK)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	return readBuildStream(resp, onEvent)
+	return tpl, nil
 }
 
 // BuildTemplateContext builds a template from an Airfile and the local
@@ -322,20 +307,15 @@ func (c *Client) BuildTemplateContext(ctx context.Context, req BuildContextReque
 		return err
 	}
 	defer finish()
-	hreq, err := c.newRequest(ctx, http.MethodPost, "/v1/templates", q, pr)
-	if err != nil {
-		return nil, err
-	}
-	hreq.Header.Set("Content-Type", "application/x-tar")
-	hreq.Header.Set("Accept", "application/x-ndjson")
+	hdr := http.Header{"Content-Type": {"application/x-tar"}}
 	if a := req.RegistryAuth; a != nil && *a != (RegistryAuth{}) {
 		b, err := json.Marshal(a)
 		if err != nil {
 			return nil, fmt.Errorf("airlock: encode registry auth: %w", err)
 		}
-		hreq.Header.Set("X-Registry-Auth", base64.URLEncoding.EncodeToString(b))
+		hdr.Set("X-Registry-Auth", base64.URLEncoding.EncodeToString(b))
 	}
-	resp, err := c.send(hreq, http.StatusOK)
+	resp, err := c.openStream(ctx, "/v1/templates", q, pr, hdr)
 	if err != nil {
 		// A failure to read the context is the better explanation.
 		if terr := finish(); terr != nil && !errors.Is(terr, errRequestDone) && !errors.Is(terr, io.ErrClosedPipe) {
@@ -344,7 +324,11 @@ func (c *Client) BuildTemplateContext(ctx context.Context, req BuildContextReque
 		return nil, err
 	}
 	defer resp.Body.Close()
-	return readBuildStream(resp, onEvent)
+	var tpl *TemplateDetail
+	if err := readStream(resp.Body, "build stream", maxBuildLine, onBuildLine(&tpl, onEvent)); err != nil {
+		return nil, err
+	}
+	return tpl, nil
 }
 
 // readAirfile reads the Airfile at path.
@@ -368,43 +352,25 @@ type buildLine struct {
 	Error    *errDetail      `json:"error"`
 }
 
-// readBuildStream reads a build's NDJSON lines up to its done or error
-// line.
-func readBuildStream(resp *http.Response, onEvent func(BuildEvent) error) (*TemplateDetail, error) {
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), maxBuildLine)
-	for sc.Scan() {
-		var line buildLine
-		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-			return nil, fmt.Errorf("airlock: build stream: malformed line: %w", err)
-		}
+// onBuildLine returns the line handler of a build stream: it passes
+// progress to onEvent and keeps the template of the done line in *tpl.
+func onBuildLine(tpl **TemplateDetail, onEvent func(BuildEvent) error) func(*buildLine) (bool, error) {
+	return func(line *buildLine) (bool, error) {
 		switch line.Type {
 		case "done":
 			if line.Template == nil {
-				return nil, fmt.Errorf("airlock: build stream: done without a template: %w", ErrInternal)
+				return true, fmt.Errorf("airlock: build stream: done without a template: %w", ErrInternal)
 			}
-			return line.Template, nil
+			*tpl = line.Template
+			return true, nil
 		case "error":
-			e := &APIError{Status: resp.StatusCode, Code: "internal", Message: "the build failed"}
-			if line.Error != nil && line.Error.Code != "" {
-				e.Code, e.Message = line.Error.Code, line.Error.Message
-			}
-			return nil, e
-		default:
-			if onEvent != nil {
-				if err := onEvent(line.BuildEvent); err != nil {
-					return nil, err
-				}
-			}
+			return true, line.Error.apiError("the build failed")
 		}
-	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, fmt.Errorf("airlock: build stream: line longer than %d bytes: %w", maxBuildLine, ErrResponseTooLarge)
+		if onEvent != nil {
+			return false, onEvent(line.BuildEvent)
 		}
-		return nil, fmt.Errorf("airlock: build stream: %w", err)
+		return false, nil
 	}
-	return nil, fmt.Errorf("airlock: build stream ended without a result: %w", ErrUnavailable)
 }
 
 // writeContextTar writes the build context dir to w as a tar stream: the

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +31,7 @@ func TestBuildStreamErrors(t *testing.T) {
 		{"cut short", `{"type":"step","step":1,"steps":1}` + "\n", ErrUnavailable, "ended without a result"},
 		{"malformed", "{nope\n", nil, "malformed line"},
 		{"done without template", `{"type":"done"}` + "\n", ErrInternal, "done without a template"},
+		{"error line without detail", `{"type":"error"}` + "\n", ErrInternal, "the build failed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -130,6 +132,42 @@ func TestWriteContextTar(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("tar\n%v\nwant\n%v", got, want)
+	}
+}
+
+func TestBuildTemplateContextStream(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f.txt"), []byte("eff"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type seen struct {
+		contentType, auth string
+		body              []byte
+	}
+	got := make(chan seen, 1)
+	c := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		auth, _ := base64.URLEncoding.DecodeString(r.Header.Get("X-Registry-Auth"))
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{r.Header.Get("Content-Type"), string(auth), b}
+		fmt.Fprintln(w, `{"type":"log","text":"hi"}`)
+		fmt.Fprintln(w, `{"type":"done","template":{"name":"a","layers":2}}`)
+	})
+	var logs []string
+	tpl, err := c.BuildTemplateContext(context.Background(), BuildContextRequest{Name: "a", Airfile: []byte("FROM x\nCOPY f.txt /\n"),
+		ContextDir: dir, RegistryAuth: &RegistryAuth{Token: "tok"}}, func(ev BuildEvent) error {
+		logs = append(logs, ev.Text)
+		return nil
+	})
+	if err != nil || tpl.Name != "a" || tpl.Layers != 2 || fmt.Sprint(logs) != "[hi]" {
+		t.Fatalf("BuildTemplateContext = %+v, %v (logs %q)", tpl, err, logs)
+	}
+	s := <-got
+	if s.contentType != "application/x-tar" || s.auth != `{"token":"tok"}` {
+		t.Errorf("Content-Type %q, registry auth %q", s.contentType, s.auth)
+	}
+	files := readTar(t, bytes.NewReader(s.body))
+	if files["Airfile"] != "644:FROM x\nCOPY f.txt /\n" || files["f.txt"] != "644:eff" {
+		t.Errorf("context %v", files)
 	}
 }
 

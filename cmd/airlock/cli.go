@@ -253,7 +253,7 @@ func (c *cli) client() (*client.Client, error) {
 		if dir == "" {
 			dir = defaultDataDir
 		}
-		b, err := readSmallFile(filepath.Join(dir, adminKeyFile), maxKeyFileBytes)
+		b, err := readInput(filepath.Join(dir, adminKeyFile), nil, maxKeyFileBytes)
 		if err != nil {
 			return nil, usagef("no API key: set %s (or run where %s is readable)", envAPIKey, filepath.Join(dir, adminKeyFile))
 		}
@@ -270,19 +270,30 @@ func (c *cli) client() (*client.Client, error) {
 	return cl, nil
 }
 
-// readSmallFile reads at most max bytes of path.
-func readSmallFile(path string, max int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+// errInputTooLarge is readInput's error for input over its cap.
+var errInputTooLarge = errors.New("input too large")
+
+// readInput reads the file at path, or stdin (nothing when nil) if path
+// is "-": at most max bytes, more is errInputTooLarge.
+func readInput(path string, stdin io.Reader, max int64) ([]byte, error) {
+	r := stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
 	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if r == nil {
+		return nil, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r, max+1))
 	if err != nil {
 		return nil, err
 	}
 	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, max)
+		return nil, errInputTooLarge
 	}
 	return b, nil
 }

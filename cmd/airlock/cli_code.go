@@ -114,24 +114,12 @@ func (c *cli) stdinIsTerminal() bool {
 // readCode reads a cell from path ("-": standard input), within the API's
 // cap.
 func (c *cli) readCode(path string) ([]byte, error) {
-	var r io.Reader = c.stdin
-	if path != "-" {
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, &cliError{msg: fmt.Sprintf("read %s: %v", path, err), err: err}
-		}
-		defer f.Close()
-		r = f
-	}
-	if r == nil {
-		r = strings.NewReader("")
-	}
-	b, err := io.ReadAll(io.LimitReader(r, maxCodeBytes+1))
-	if err != nil {
-		return nil, &cliError{msg: fmt.Sprintf("read the code: %v", err), err: err}
-	}
-	if len(b) > maxCodeBytes {
+	b, err := readInput(path, c.stdin, maxCodeBytes)
+	switch {
+	case errors.Is(err, errInputTooLarge):
 		return nil, &cliError{msg: fmt.Sprintf("the code is larger than %d KiB, the API's limit; copy it in with airlock cp and run it from there", maxCodeBytes>>10)}
+	case err != nil:
+		return nil, &cliError{msg: fmt.Sprintf("read the code: %v", err), err: err}
 	}
 	return b, nil
 }

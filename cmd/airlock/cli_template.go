@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -152,23 +153,12 @@ func (f *buildFlags) plan(pos []string, getenv func(string) string, stdin io.Rea
 
 // readRecipe reads the Airfile at path ("-": r), within the API's cap.
 func readRecipe(path string, r io.Reader) ([]byte, error) {
-	if path != "-" {
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, &cliError{msg: fmt.Sprintf("cannot read the Airfile: %v", err), err: err}
-		}
-		defer f.Close()
-		r = f
-	}
-	if r == nil {
-		r = strings.NewReader("")
-	}
-	b, err := io.ReadAll(io.LimitReader(r, airfile.MaxFileBytes+1))
-	if err != nil {
-		return nil, &cliError{msg: fmt.Sprintf("cannot read the Airfile: %v", err), err: err}
-	}
-	if len(b) > airfile.MaxFileBytes {
+	b, err := readInput(path, r, airfile.MaxFileBytes)
+	switch {
+	case errors.Is(err, errInputTooLarge):
 		return nil, usagef("the Airfile is larger than %d bytes", airfile.MaxFileBytes)
+	case err != nil:
+		return nil, &cliError{msg: fmt.Sprintf("cannot read the Airfile: %v", err), err: err}
 	}
 	return b, nil
 }

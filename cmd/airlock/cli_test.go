@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -279,6 +280,34 @@ func TestCLIUsageErrors(t *testing.T) {
 		r := e.run("", args...)
 		if r.code != 0 || r.err != nil || !strings.Contains(r.stdout, "usage") {
 			t.Errorf("airlock %q: code %d, err %v, stdout %q", args, r.code, r.err, r.stdout)
+		}
+	}
+}
+
+func TestReadInput(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	if err := os.WriteFile(file, []byte("abcd"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		path  string
+		stdin io.Reader
+		max   int64
+		want  string
+		err   error
+	}{
+		{file, strings.NewReader("ignored"), 4, "abcd", nil},
+		{file, nil, 3, "", errInputTooLarge},
+		{filepath.Join(dir, "missing"), nil, 4, "", fs.ErrNotExist},
+		{"-", strings.NewReader("in"), 2, "in", nil},
+		{"-", strings.NewReader("in!"), 2, "", errInputTooLarge},
+		{"-", nil, 2, "", nil},
+	}
+	for _, tt := range tests {
+		b, err := readInput(tt.path, tt.stdin, tt.max)
+		if string(b) != tt.want || !errors.Is(err, tt.err) || (tt.err == nil) != (err == nil) {
+			t.Errorf("readInput(%s, max %d) = %q, %v; want %q, %v", filepath.Base(tt.path), tt.max, b, err, tt.want, tt.err)
 		}
 	}
 }
