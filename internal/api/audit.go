@@ -27,7 +27,7 @@ const (
 	// maxCheckpoints caps the checkpoints of one verify request.
 	maxCheckpoints = 64
 	// maxAuditSeq caps seq values (the store refuses larger ones).
-	maxAuditSeq = 1 << 62
+	maxAuditSeq = audit.MaxSeq
 )
 
 // hexHash is a lowercase hex SHA-256 digest, as the audit chain uses.

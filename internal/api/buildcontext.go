@@ -56,14 +56,22 @@ func contextPath(name string) (string, error) {
 	case strings.IndexByte(name, 0) >= 0:
 		return "", invalidf("build context entry name with a NUL byte")
 	case strings.HasPrefix(name, "/"):
-		return "", invalidf("build context entry %q: absolute names are not allowed", clean(truncate(name, 200)))
+		return "", invalidf("build context entry %q: absolute names are not allowed", entryName(name))
 	}
 	for _, part := range strings.Split(name, "/") {
 		if part == ".." {
-			return "", invalidf("build context entry %q: names with .. are not allowed", clean(truncate(name, 200)))
+			return "", invalidf("build context entry %q: names with .. are not allowed", entryName(name))
 		}
 	}
 	return path.Clean(name), nil
+}
+
+// entryName is a build context entry's name as error messages quote it.
+func entryName(name string) string { return clean(truncate(name, 200)) }
+
+// badTar is the error of a malformed or truncated build context stream.
+func badTar(err error) error {
+	return invalidf("the build context is not a valid tar stream: %s", strings.TrimPrefix(err.Error(), "archive/tar: "))
 }
 
 // contextLinkTarget checks the target of a symbolic link at p: relative,
@@ -71,12 +79,12 @@ func contextPath(name string) (string, error) {
 func contextLinkTarget(p, target string) error {
 	switch {
 	case target == "" || len(target) > maxContextPath || strings.IndexByte(target, 0) >= 0:
-		return invalidf("build context entry %q: bad link target", clean(truncate(p, 200)))
+		return invalidf("build context entry %q: bad link target", entryName(p))
 	case strings.HasPrefix(target, "/"):
-		return invalidf("build context entry %q: absolute link targets are not allowed", clean(truncate(p, 200)))
+		return invalidf("build context entry %q: absolute link targets are not allowed", entryName(p))
 	}
 	if r := path.Join(path.Dir(p), target); r == ".." || strings.HasPrefix(r, "../") {
-		return invalidf("build context entry %q: the link points outside the build context", clean(truncate(p, 200)))
+		return invalidf("build context entry %q: the link points outside the build context", entryName(p))
 	}
 	return nil
 }
@@ -113,7 +121,7 @@ func extractContext(ctx context.Context, dir string, r io.Reader, maxEntries, ma
 			if er.err != nil {
 				return st, bodyErr(er.err)
 			}
-			return st, invalidf("the build context is not a valid tar stream: %s", strings.TrimPrefix(err.Error(), "archive/tar: "))
+			return st, badTar(err)
 		}
 		st.Entries++
 		if st.Entries > maxEntries {
@@ -167,7 +175,7 @@ func extractEntry(root *os.Root, hdr *tar.Header, r io.Reader) (int64, error) {
 		return 0, fail(root.Chmod(p, perm|0o700))
 	case tar.TypeReg: // tar.Reader reports the old TypeRegA as TypeReg
 		if p == "." {
-			return 0, invalidf("build context entry %q: a file cannot be the context's root", clean(truncate(hdr.Name, 200)))
+			return 0, invalidf("build context entry %q: a file cannot be the context's root", entryName(hdr.Name))
 		}
 		if err := prepare(root, p); err != nil {
 			return 0, fail(err)
@@ -190,7 +198,7 @@ func extractEntry(root *os.Root, hdr *tar.Header, r io.Reader) (int64, error) {
 			}
 			// A read error: the caller reports a failed upload; this
 			// is for a truncated stream.
-			return n, invalidf("the build context is not a valid tar stream: %s", strings.TrimPrefix(err.Error(), "archive/tar: "))
+			return n, badTar(err)
 		}
 		return n, nil
 	case tar.TypeSymlink:
@@ -198,7 +206,7 @@ func extractEntry(root *os.Root, hdr *tar.Header, r io.Reader) (int64, error) {
 			return 0, err
 		}
 		if p == "." {
-			return 0, invalidf("build context entry %q: a link cannot be the context's root", clean(truncate(hdr.Name, 200)))
+			return 0, invalidf("build context entry %q: a link cannot be the context's root", entryName(hdr.Name))
 		}
 		if err := prepare(root, p); err != nil {
 			return 0, fail(err)
@@ -210,7 +218,7 @@ func extractEntry(root *os.Root, hdr *tar.Header, r io.Reader) (int64, error) {
 			return 0, err
 		}
 		if p == "." || old == "." {
-			return 0, invalidf("build context entry %q: bad hard link", clean(truncate(hdr.Name, 200)))
+			return 0, invalidf("build context entry %q: bad hard link", entryName(hdr.Name))
 		}
 		if err := prepare(root, p); err != nil {
 			return 0, fail(err)
@@ -218,7 +226,7 @@ func extractEntry(root *os.Root, hdr *tar.Header, r io.Reader) (int64, error) {
 		return 0, fail(root.Link(old, p))
 	}
 	return 0, invalidf("build context entry %q: only files, directories and links are allowed (type %q)",
-		clean(truncate(hdr.Name, 200)), string(hdr.Typeflag))
+		entryName(hdr.Name), string(hdr.Typeflag))
 }
 
 // prepare makes p's parent directories and removes what p holds unless it
@@ -272,7 +280,7 @@ func entryError(p string, err error) error {
 	if errors.As(err, &le) {
 		cause = le.Err
 	}
-	return invalidf("build context entry %q could not be unpacked: %s", clean(truncate(p, 200)), clean(cause.Error()))
+	return invalidf("build context entry %q could not be unpacked: %s", entryName(p), clean(cause.Error()))
 }
 
 // readContextAirfile reads the Airfile at the root of the unpacked

@@ -153,7 +153,7 @@ func (req *codeRequest) runRequest() (interp.RunRequest, error) {
 		return interp.RunRequest{}, invalidf("code is required")
 	}
 	if req.TimeoutS < 0 || req.TimeoutS > maxTimeoutS {
-		return interp.RunRequest{}, invalidf("timeout_s must not be negative")
+		return interp.RunRequest{}, invalidf("timeout_s must be between 0 and %d", maxTimeoutS)
 	}
 	return interp.RunRequest{
 		ContextID: req.ContextID,

@@ -138,12 +138,15 @@ func outcomeOf(err error) string {
 }
 
 // clean caps a message and makes it valid UTF-8.
-func clean(msg string) string {
-	msg = strings.ToValidUTF8(msg, "\uFFFD")
-	if len(msg) > maxMessageBytes {
-		msg = strings.ToValidUTF8(msg[:maxMessageBytes], "") + "..."
+func clean(msg string) string { return capText(msg, maxMessageBytes) }
+
+// capText makes s valid UTF-8 of at most n bytes (plus "..." when cut).
+func capText(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) > n {
+		s = strings.ToValidUTF8(s[:n], "") + "..."
 	}
-	return msg
+	return s
 }
 
 // writeError writes err as a JSON error response. Server-side failures are

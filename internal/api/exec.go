@@ -341,8 +341,8 @@ func (h *Handler) execStream(ctx context.Context, c *call, id string, areq agent
 		if err == nil {
 			err = fmt.Errorf("exec: no result: %w", errdefs.ErrInternal)
 		}
-		c.record(outcomeOf(err))
-		nw.writeError(err)
+		h.log.Warn("exec stream failed", "sandbox", id, "err", err)
+		nw.endWithError(err)
 		nw.abortIfFailed()
 		return nil // the stream has started: the error line reports it
 	}
@@ -450,11 +450,14 @@ func (nw *ndjsonWriter) abortIfFailed() {
 	}
 }
 
-// writeError ends the stream with an error line.
-func (nw *ndjsonWriter) writeError(err error) {
+// endWithError ends a started stream that err broke: the mutation's
+// outcome is recorded, then the error line sent. It returns the public
+// error code.
+func (nw *ndjsonWriter) endWithError(err error) string {
 	_, code, msg := publicError(err)
-	nw.c.h.log.Warn("exec stream failed", "err", err)
+	nw.c.record(code)
 	_ = nw.writeLine(errorEvent{Type: "error", Error: errorDetail{Code: code, Message: msg}})
+	return code
 }
 
 // done clears the write deadline so that it does not outlive the request

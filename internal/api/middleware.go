@@ -123,12 +123,7 @@ func (h *Handler) wrap(rt route) http.Handler {
 // record is the outcome of the intent begin wrote, or, for a request
 // refused before that, a lone outcome.
 func (h *Handler) fail(c *call, err error) {
-	if c.ev.Action != "" && !c.audited {
-		c.audited = true
-		if aerr := c.appendOutcome(outcomeOf(err)); aerr != nil {
-			h.log.Error("audit append failed", "action", c.ev.Action, "err", aerr)
-		}
-	}
+	c.record(outcomeOf(err))
 	if c.w.started() {
 		h.log.Warn("request failed after the response started", "method", c.r.Method, "path", c.r.URL.Path, "err", err)
 		panic(http.ErrAbortHandler)
@@ -186,8 +181,9 @@ func (c *call) commit() error {
 	return nil
 }
 
-// record appends the mutation's outcome, for a response that has already
-// started (a stream), before its last line: a failure can only be logged.
+// record appends the mutation's outcome where a failure to do so can only
+// be logged: for a response that has already started (a stream), before
+// its last line, and for a failed request (see fail).
 func (c *call) record(outcome string) {
 	if c.ev.Action == "" || c.audited {
 		return

@@ -72,7 +72,8 @@ type registryAuthJSON struct {
 }
 
 // buildLineJSON is one line of a streamed build. Numeric fields that are
-// zero are left out.
+// zero are left out. The error line is an errorEvent (see
+// ndjsonWriter.endWithError).
 type buildLineJSON struct {
 	Type        string              `json:"type"`
 	Step        int                 `json:"step,omitempty"`
@@ -84,7 +85,6 @@ type buildLineJSON struct {
 	Done        int64               `json:"done,omitempty"`
 	Total       int64               `json:"total,omitempty"`
 	Template    *templateDetailJSON `json:"template,omitempty"`
-	Error       *errorDetail        `json:"error,omitempty"`
 }
 
 // checkRegistryAuth validates credentials: a username with a password, or
@@ -317,8 +317,7 @@ func (h *Handler) buildContext(c *call, ts *templateService) error {
 		return err
 	}
 	if c.r.ContentLength > ts.cfg.MaxContextBytes {
-		return &apiError{status: http.StatusRequestEntityTooLarge, code: CodeRequestTooLarge,
-			msg: fmt.Sprintf("the build context is larger than the limit of %d bytes", ts.cfg.MaxContextBytes)}
+		return contextTooLarge(ts.cfg.MaxContextBytes)
 	}
 	release, err := ts.reserve(req.Name, req.Replace)
 	if err != nil {
@@ -345,8 +344,7 @@ func (h *Handler) buildContext(c *call, ts *templateService) error {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return &apiError{status: http.StatusRequestEntityTooLarge, code: CodeRequestTooLarge,
-				msg: fmt.Sprintf("the build context is larger than the limit of %d bytes", ts.cfg.MaxContextBytes)}
+			return contextTooLarge(ts.cfg.MaxContextBytes)
 		}
 		return err
 	}
@@ -361,6 +359,12 @@ func (h *Handler) buildContext(c *call, ts *templateService) error {
 	req.Airfile, req.ContextDir = text, dir
 	c.ev.Details = map[string]any{"context_entries": st.Entries, "context_bytes": st.Bytes}
 	return h.runBuild(c, ts, req, f, finish)
+}
+
+// contextTooLarge is the error of a build context upload over limit bytes.
+func contextTooLarge(limit int64) error {
+	return &apiError{status: http.StatusRequestEntityTooLarge, code: CodeRequestTooLarge,
+		msg: fmt.Sprintf("the build context is larger than the limit of %d bytes", limit)}
 }
 
 // runBuild records the intent, builds, registers the template and
@@ -421,12 +425,9 @@ func (h *Handler) runBuild(c *call, ts *templateService, req BuildRequest, f *ai
 	}
 	release()
 	if err != nil {
-		c.record(outcomeOf(err))
-		_, code, msg := publicError(err)
-		if code == CodeInternal || code == CodeUnavailable {
+		if code := nw.endWithError(err); code == CodeInternal || code == CodeUnavailable {
 			h.log.Error("template build failed", "template", req.Name, "err", err)
 		}
-		_ = nw.writeLine(buildLineJSON{Type: "error", Error: &errorDetail{Code: code, Message: msg}})
 		return nil // the stream has started: the error line reports it
 	}
 	addBuildDetails(c, m)
@@ -500,13 +501,4 @@ func (s *buildSink) lineLocked(ev BuildEvent) (buildLineJSON, bool) {
 		return line, false
 	}
 	return line, true
-}
-
-// capText makes s valid UTF-8 of at most n bytes.
-func capText(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) > n {
-		s = strings.ToValidUTF8(s[:n], "") + "..."
-	}
-	return s
 }

@@ -184,7 +184,7 @@ func prepare(ev Event, now time.Time, maxDetails int) (store.AuditRecord, error)
 	switch {
 	case ev.IntentSeq > 0 && ev.Outcome == OutcomeIntent:
 		return store.AuditRecord{}, fmt.Errorf("audit intent cannot name an intent seq: %w", errdefs.ErrInvalidArgument)
-	case ev.IntentSeq > maxSeq:
+	case ev.IntentSeq > MaxSeq:
 		return store.AuditRecord{}, fmt.Errorf("audit intent seq %d out of range: %w", ev.IntentSeq, errdefs.ErrInvalidArgument)
 	case ev.IntentSeq > 0:
 		details = make(map[string]any, len(ev.Details)+1)
@@ -204,8 +204,8 @@ func prepare(ev Event, now time.Time, maxDetails int) (store.AuditRecord, error)
 	}, nil
 }
 
-// maxSeq is the largest sequence number the store accepts.
-const maxSeq = 1 << 62
+// MaxSeq is the largest sequence number the store accepts.
+const MaxSeq = 1 << 62
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
