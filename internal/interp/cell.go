@@ -167,18 +167,10 @@ func (c *codeContext) runCell(ctx context.Context, k *kernel, n int, req RunRequ
 		return err
 	}
 	k.setCell(cl)
-	c.mu.Lock()
-	c.cell = cl
-	c.mu.Unlock()
 	var once sync.Once
 	over := func() {
 		once.Do(func() {
 			k.clearCell(cl)
-			c.mu.Lock()
-			if c.cell == cl {
-				c.cell = nil
-			}
-			c.mu.Unlock()
 			close(cl.gone)
 			release()
 		})
@@ -248,8 +240,10 @@ func (c *codeContext) runCell(ctx context.Context, k *kernel, n int, req RunRequ
 		}
 		e.Status = status
 		if k.spent() {
-			k.kill()
+			// Record the reason first: once killed, the stream's end may
+			// record "killed by signal 9" before this line ran.
 			c.kernelExited(k, "it used up its output budget (64 MiB over its life)")
+			k.kill()
 			note := "[airlock] this context has sent 64 MiB of output over its life, the most a context may; it was stopped and its state is lost"
 			if c.isDefault {
 				note += "; the next cell starts a fresh one"
@@ -304,16 +298,10 @@ func (c *codeContext) runCell(ctx context.Context, k *kernel, n int, req RunRequ
 			_, _ = m.sb.Client(c.b.id) // counts as activity of the sandbox
 		case <-k.exited:
 			// Everything the stream delivered is in the buffer.
-			for {
-				select {
-				case ev := <-cl.events:
-					if e := handle(ev); e != nil {
-						return finish(e)
-					}
-					continue
-				default:
+			for len(cl.events) > 0 {
+				if e := handle(<-cl.events); e != nil {
+					return finish(e)
 				}
-				break
 			}
 			return c.died(k, cl, killed, status, errEvent != nil, start, n, send, &emitErr, over)
 		}

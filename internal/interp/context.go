@@ -3,6 +3,7 @@ package interp
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -96,13 +97,15 @@ func (b *box) remove(c *codeContext) {
 	}
 }
 
-func (b *box) list() []ContextInfo {
+// all returns b's contexts, in no order.
+func (b *box) all() []*codeContext {
 	b.mu.Lock()
-	cs := make([]*codeContext, 0, len(b.contexts))
-	for _, c := range b.contexts {
-		cs = append(cs, c)
-	}
-	b.mu.Unlock()
+	defer b.mu.Unlock()
+	return slices.Collect(maps.Values(b.contexts))
+}
+
+func (b *box) list() []ContextInfo {
+	cs := b.all()
 	out := make([]ContextInfo, 0, len(cs))
 	for _, c := range cs {
 		out = append(out, c.info())
@@ -118,17 +121,8 @@ func (b *box) list() []ContextInfo {
 
 // detach ends the streams of every kernel of b without killing them.
 func (b *box) detach() {
-	b.mu.Lock()
-	cs := make([]*codeContext, 0, len(b.contexts))
-	for _, c := range b.contexts {
-		cs = append(cs, c)
-	}
-	b.mu.Unlock()
-	for _, c := range cs {
-		c.mu.Lock()
-		k := c.k
-		c.mu.Unlock()
-		if k != nil {
+	for _, c := range b.all() {
+		if k := c.current(); k != nil {
 			k.detach()
 		}
 	}
@@ -188,8 +182,11 @@ func (b *box) adopt(ctx context.Context, client *agentclient.Client) error {
 	if err != nil {
 		return err
 	}
-	newest := map[string]parsedTag{}
-	pids := map[string]agentclient.ProcessInfo{}
+	type found struct {
+		t parsedTag
+		p agentclient.ProcessInfo
+	}
+	newest := map[string]found{}
 	var kill []int
 	for _, p := range procs {
 		if !strings.HasPrefix(p.Tag, tagPrefix) {
@@ -201,21 +198,21 @@ func (b *box) adopt(ctx context.Context, client *agentclient.Client) error {
 			continue
 		}
 		if old, ok := newest[t.id]; ok {
-			if old.gen > t.gen {
+			if old.t.gen > t.gen {
 				kill = append(kill, p.PID)
 				continue
 			}
-			kill = append(kill, pids[t.id].PID)
+			kill = append(kill, old.p.PID)
 		}
-		newest[t.id], pids[t.id] = t, p
+		newest[t.id] = found{t, p}
 	}
 	for _, pid := range kill {
 		if err := client.Signal(ctx, pid, 9); err != nil {
 			b.m.log.Warn("kill a stray code kernel", "sandbox", b.id, "pid", pid, "err", err)
 		}
 	}
-	for id, t := range newest {
-		p := pids[id]
+	for id, f := range newest {
+		t, p := f.t, f.p
 		c := &codeContext{
 			b: b, id: id, lang: t.lang, cwd: p.Cwd, isDefault: t.isDefault, gen: t.gen,
 			created: p.StartedAt.UTC(), slot: make(chan struct{}, 1),
@@ -255,7 +252,6 @@ type codeContext struct {
 	count   int     // cells run
 	dead    string  // why the last kernel died, "" if it did not
 	deleted bool
-	cell    *cell // the running cell
 }
 
 func (c *codeContext) info() ContextInfo {
@@ -373,10 +369,12 @@ func (c *codeContext) kill() {
 
 // interruptCell interrupts the running cell, if any.
 func (c *codeContext) interruptCell(ctx context.Context) (bool, error) {
-	c.mu.Lock()
-	cl, k := c.cell, c.k
-	c.mu.Unlock()
-	if cl == nil || k == nil {
+	k := c.current()
+	if k == nil {
+		return false, nil
+	}
+	cl := k.currentCell()
+	if cl == nil {
 		return false, nil
 	}
 	cl.requestInterrupt()

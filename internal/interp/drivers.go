@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 )
@@ -105,20 +106,11 @@ func jsonCommand(id uint64, code string, env map[string]string) ([]byte, error) 
 func lengthCommand(id uint64, code string, env map[string]string) ([]byte, error) {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "%d %d %d\n", id, len(env), len(code))
-	for _, k := range sortedKeys(env) {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
 		fmt.Fprintf(&b, "%d %d\n%s%s", len(k), len(env[k]), k, env[k])
 	}
 	b.WriteString(code)
 	return b.Bytes(), nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 func bashCommand(id uint64, code string, env map[string]string) ([]byte, error) {
@@ -127,7 +119,7 @@ func bashCommand(id uint64, code string, env map[string]string) ([]byte, error) 
 	b.WriteByte(' ')
 	b.WriteString(strconv.Itoa(len(env)))
 	b.WriteByte('\n')
-	for _, k := range sortedKeys(env) {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
 		b.WriteString(k)
 		b.WriteByte('=')
 		b.WriteString(env[k])

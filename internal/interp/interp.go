@@ -41,6 +41,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"regexp"
 	"strings"
 	"sync"
@@ -396,7 +397,7 @@ func (m *Manager) CreateContext(ctx context.Context, sandboxID string, opts Cont
 	if err != nil {
 		return ContextInfo{}, err
 	}
-	c, err := b.add(opts.Language, opts.Cwd, cloneEnv(opts.Env), false)
+	c, err := b.add(opts.Language, opts.Cwd, maps.Clone(opts.Env), false)
 	if err != nil {
 		return ContextInfo{}, err
 	}
@@ -496,18 +497,11 @@ func (m *Manager) Run(ctx context.Context, sandboxID string, req RunRequest, emi
 
 // checkRun validates req and fills its defaults.
 func (m *Manager) checkRun(req *RunRequest) error {
-	if req.ContextID != "" {
-		if !ValidContextID(req.ContextID) {
-			return fmt.Errorf("malformed context_id; want %s followed by 16 characters [a-z2-7]: %w", IDPrefix, errdefs.ErrInvalidArgument)
-		}
-		if req.Language != "" {
-			l, err := ParseLanguage(string(req.Language))
-			if err != nil {
-				return err
-			}
-			req.Language = l
-		}
-	} else {
+	if req.ContextID != "" && !ValidContextID(req.ContextID) {
+		return fmt.Errorf("malformed context_id; want %s followed by 16 characters [a-z2-7]: %w", IDPrefix, errdefs.ErrInvalidArgument)
+	}
+	// With a context the language is optional; without, required.
+	if req.ContextID == "" || req.Language != "" {
 		l, err := ParseLanguage(string(req.Language))
 		if err != nil {
 			return err
@@ -554,17 +548,6 @@ func checkEnv(env map[string]string) error {
 		}
 	}
 	return nil
-}
-
-func cloneEnv(env map[string]string) map[string]string {
-	if len(env) == 0 {
-		return nil
-	}
-	out := make(map[string]string, len(env))
-	for k, v := range env {
-		out[k] = v
-	}
-	return out
 }
 
 // sweepEvery bounds how often box looks for sandboxes that are gone.

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,7 +48,6 @@ func nextCellID() uint64 { return cellIDBase + cellSeq.Add(1) }
 type kernel struct {
 	m         *Manager
 	sandboxID string
-	lang      Language
 	client    *agentclient.Client
 	pid       int
 	cancel    context.CancelFunc // ends the output stream (not the process)
@@ -56,7 +56,6 @@ type kernel struct {
 	readyOnce sync.Once
 	exited    chan struct{}
 	exitRes   *agentclient.ExecResult // set before exited closes
-	exitErr   error
 
 	chans    [2]*channel
 	received atomic.Int64
@@ -90,9 +89,13 @@ func newNonce() string {
 	return hex.EncodeToString(b[:])
 }
 
-func newKernel(m *Manager, sandboxID string, lang Language, client *agentclient.Client, nonce string) *kernel {
+// newKernel returns a kernel for c and the context of its output stream
+// (ended by k.cancel).
+func newKernel(c *codeContext, client *agentclient.Client, nonce string) (*kernel, context.Context) {
+	m := c.b.m
+	sctx, cancel := context.WithCancel(context.Background())
 	k := &kernel{
-		m: m, sandboxID: sandboxID, lang: lang, client: client,
+		m: m, sandboxID: c.b.id, client: client, cancel: cancel,
 		ready: make(chan struct{}), exited: make(chan struct{}),
 	}
 	for i := range k.chans {
@@ -102,7 +105,7 @@ func newKernel(m *Manager, sandboxID string, lang Language, client *agentclient.
 			func(b []byte) { k.onFrame(ch.idx, b) })
 		k.chans[i] = ch
 	}
-	return k
+	return k, sctx
 }
 
 // start starts a kernel for c and returns once it serves. Call with c's
@@ -118,12 +121,8 @@ func (c *codeContext) start(ctx context.Context) (*kernel, error) {
 		return nil, err
 	}
 	env := make(map[string]string, len(sb.Env)+len(c.env)+4)
-	for k, v := range sb.Env {
-		env[k] = v
-	}
-	for k, v := range c.env {
-		env[k] = v
-	}
+	maps.Copy(env, sb.Env)
+	maps.Copy(env, c.env)
 	nonce := newNonce()
 	env["AIRLOCK_INTERP_NONCE"] = nonce
 	env["AIRLOCK_INTERP_MAX_OUTPUT"] = strconv.Itoa(m.lim.MaxOutputBytes)
@@ -134,11 +133,9 @@ func (c *codeContext) start(ctx context.Context) (*kernel, error) {
 	tag := kernelTag(c, c.gen, nonce)
 	c.mu.Unlock()
 
-	k := newKernel(m, c.b.id, c.lang, client, nonce)
-	sctx, cancel := context.WithCancel(context.Background())
-	k.cancel = cancel
+	k, sctx := newKernel(c, client, nonce)
 	// Until the kernel serves, the caller's ctx bounds the start.
-	stop := context.AfterFunc(ctx, cancel)
+	stop := context.AfterFunc(ctx, k.cancel)
 	defer stop()
 	p, err := client.Start(sctx, agentclient.ExecRequest{
 		Argv:        drivers[c.lang].argv,
@@ -152,14 +149,14 @@ func (c *codeContext) start(ctx context.Context) (*kernel, error) {
 		Stderr:      k.chans[1],
 	})
 	if err != nil {
-		cancel()
+		k.cancel()
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("start %s context: %w", c.lang, ctxErr(ctx))
 		}
 		return nil, err
 	}
 	if p.PID == 0 {
-		cancel()
+		k.cancel()
 		res, _ := p.Wait()
 		return nil, startFailure(c.lang, res)
 	}
@@ -203,17 +200,15 @@ func startFailure(lang Language, res *agentclient.ExecResult) error {
 
 // attach adopts the running kernel pid of c (left by a previous daemon).
 func (c *codeContext) attach(ctx context.Context, client *agentclient.Client, pid int, nonce string) error {
-	k := newKernel(c.b.m, c.b.id, c.lang, client, nonce)
+	k, sctx := newKernel(c, client, nonce)
 	k.pid = pid
-	sctx, cancel := context.WithCancel(context.Background())
-	k.cancel = cancel
-	stop := context.AfterFunc(ctx, cancel)
+	stop := context.AfterFunc(ctx, k.cancel)
 	p, err := client.Connect(sctx, pid, k.chans[0], k.chans[1])
 	if !stop() && err == nil {
 		err = fmt.Errorf("adopt context %s: %w", c.id, ctxErr(ctx))
 	}
 	if err != nil {
-		cancel()
+		k.cancel()
 		return err
 	}
 	k.readyOnce.Do(func() { close(k.ready) })
@@ -227,8 +222,7 @@ func (c *codeContext) attach(ctx context.Context, client *agentclient.Client, pi
 // watch waits in the background for the end of k's stream.
 func (k *kernel) watch(c *codeContext, p *agentclient.Process) {
 	go func() {
-		res, err := p.Wait()
-		k.exitRes, k.exitErr = res, err
+		k.exitRes, _ = p.Wait()
 		close(k.exited)
 		k.cancel()
 		c.kernelExited(k, k.exitReason())

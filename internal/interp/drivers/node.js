@@ -134,7 +134,9 @@
       if (b.length > maxImage) data['x-airlock/omitted'] = `image/png image of ${b.length} bytes`;
       else data[mime] = b.toString('base64');
     } else if (mime === 'application/json') {
-      data[mime] = JSON.parse(JSON.stringify(v));
+      const s = JSON.stringify(v);
+      if (s !== undefined && s.length > maxText) data['x-airlock/omitted'] = `application/json value of ${s.length} characters`;
+      else data[mime] = JSON.parse(s);
     } else {
       data[mime] = cap(String(v));
     }
