@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
@@ -62,12 +61,7 @@ func (t *Stored) Env() (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := make(map[string]string, len(m.Config.Env))
-	for _, kv := range m.Config.Env {
-		k, v, _ := strings.Cut(kv, "=")
-		env[k] = v
-	}
-	return env, nil
+	return m.Config.EnvMap(), nil
 }
 
 var _ EnvSource = (*Stored)(nil)

@@ -196,9 +196,7 @@ func (j *job) debianBase(ctx context.Context, key string, missed *bool) error {
 		return fmt.Errorf("airfile line %d: storing the Debian tree: %w", step.Line, err)
 	}
 	j.layers = []string{layer}
-	if err := j.b.cache.put(key, layer); err != nil {
-		j.b.log.Warn("build cache: not saved", "err", err)
-	}
+	j.b.cache.put(key, layer)
 	return nil
 }
 

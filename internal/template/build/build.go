@@ -300,12 +300,13 @@ func (b *Builder) Build(ctx context.Context, req Request, events func(Event)) (l
 	j := &job{b: b, req: req, file: file, em: em, lease: b.cfg.Store.NewLease()}
 	defer j.lease.Release()
 	m, err := j.run(ctx)
+	// The steps that succeeded stay cached, whether or not the build did.
+	if err := b.cache.flush(); err != nil {
+		b.log.Warn("build cache: not saved", "err", err)
+	}
 	if err != nil {
 		b.log.Info("template build failed", "template", req.Name, "took", time.Since(start).Round(time.Millisecond), "err", err)
 		return layers.Manifest{}, err
-	}
-	if err := b.cache.flush(); err != nil {
-		b.log.Warn("build cache: not saved", "err", err)
 	}
 	b.log.Info("template built", "template", req.Name, "layers", len(m.Layers), "took", time.Since(start).Round(time.Millisecond))
 	em.emit(Event{Type: EventDone, Step: len(file.Steps), Template: &m})

@@ -44,15 +44,17 @@ type cacheData struct {
 }
 
 // cache maps step cache keys to their results, kept in a JSON file that
-// is replaced atomically on every change. Entries do not keep their
-// layers alive: a reader checks (and pins) the layer before using it.
+// flush replaces atomically, once per build: the layers of a build a
+// crash interrupts are pruned at start-up anyway, so saving after every
+// step would buy nothing. Entries do not keep their layers alive: a
+// reader checks (and pins) the layer before using it.
 type cache struct {
 	path string
 	log  *slog.Logger
 
 	mu      sync.Mutex
 	entries map[string]cacheEntry
-	dirty   bool // use times changed since the last save
+	dirty   bool // entries or use times changed since the last save
 }
 
 // openCache loads the cache at path. A missing file is an empty cache; a
@@ -102,7 +104,7 @@ func validKey(k string) bool {
 }
 
 // get returns the entry of key and marks it used (in memory; the time
-// is saved with the next change).
+// is saved by the next flush).
 func (c *cache) get(key string) (cacheEntry, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -115,7 +117,7 @@ func (c *cache) get(key string) (cacheEntry, bool) {
 	return e, ok
 }
 
-// flush saves the use times of entries read since the last save.
+// flush saves the entries and use times changed since the last save.
 func (c *cache) flush() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -125,13 +127,13 @@ func (c *cache) flush() error {
 	return c.saveLocked()
 }
 
-// put records the result of key and saves the cache.
-func (c *cache) put(key, layer string) error {
+// put records the result of key (in memory; flush saves it).
+func (c *cache) put(key, layer string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.entries[key] = cacheEntry{Layer: layer, Used: time.Now().UTC()}
 	c.evictLocked()
-	return c.saveLocked()
+	c.dirty = true
 }
 
 // evictLocked drops the least recently used entries above the cap.

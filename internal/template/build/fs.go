@@ -4,14 +4,11 @@ import "time"
 
 // File types (the S_IFMT bits of a mode), the same on every Unix.
 const (
-	typMask = 0o170000
 	typDir  = 0o040000
 	typReg  = 0o100000
 	typLnk  = 0o120000
 	typChr  = 0o020000
-	typBlk  = 0o060000
 	typFifo = 0o010000
-	typSock = 0o140000
 )
 
 // fileStat is what the builder needs to know about a file: its type

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/template/layers"
 )
 
 func statFrom(st *unix.Stat_t) fileStat {
@@ -79,13 +80,9 @@ func opaqueInLayer(root, rel string) bool {
 	}
 	defer unix.Close(fd)
 	buf := make([]byte, 4)
-	n, err := unix.Fgetxattr(fd, opaqueXattr, buf)
+	n, err := unix.Fgetxattr(fd, layers.OpaqueXattr, buf)
 	return err == nil && n == 1 && buf[0] == 'y'
 }
-
-// opaqueXattr is how the store marks opaque directories
-// (layers.OpaqueXattr).
-const opaqueXattr = "user.overlay.opaque"
 
 // readlinkInLayer returns the target of the symlink rel of the layer root.
 func readlinkInLayer(root, rel string) (string, error) {

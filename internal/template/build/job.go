@@ -119,9 +119,7 @@ func (j *job) run(ctx context.Context) (layers.Manifest, error) {
 		if layer != "" {
 			j.layers = append(j.layers, layer)
 		}
-		if err := j.b.cache.put(keys[i], layer); err != nil {
-			j.b.log.Warn("build cache: not saved", "err", err)
-		}
+		j.b.cache.put(keys[i], layer)
 	}
 	return j.save(ctx)
 }
@@ -227,16 +225,6 @@ func (j *job) lookupEnv(env []string) func(string) (string, bool) {
 		}
 		return "", false
 	}
-}
-
-// envMap returns the config's environment as a map.
-func (j *job) envMap() map[string]string {
-	m := make(map[string]string, len(j.cfg.Env))
-	for _, kv := range j.cfg.Env {
-		k, v, _ := strings.Cut(kv, "=")
-		m[k] = v
-	}
-	return m
 }
 
 // setEnv sets key in env, dropping an earlier value.

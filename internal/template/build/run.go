@@ -100,7 +100,7 @@ func (j *job) runStep(ctx context.Context, n int, s airfile.Step) (string, error
 		ID:       id,
 		Rootfs:   runtime.Rootfs{Layers: dirs, Workdir: j.cfg.Workdir},
 		Limits:   j.b.cfg.Limits,
-		Env:      j.envMap(),
+		Env:      j.cfg.EnvMap(),
 		Hostname: "build",
 		Labels:   map[string]string{LabelBuild: j.req.Name},
 	})

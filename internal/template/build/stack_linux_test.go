@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/template/airfile"
+	"github.com/airlock-sandbox/airlock/internal/template/layers"
 )
 
 // layerSpec describes a layer directory: "dir/" is a directory, "name"
@@ -28,7 +29,7 @@ func makeLayer(t *testing.T, specs ...string) string {
 	for _, s := range specs {
 		switch {
 		case strings.HasSuffix(s, "/^"):
-			if err := unix.Setxattr(filepath.Join(root, strings.TrimSuffix(s, "/^")), opaqueXattr, []byte("y"), 0); err != nil {
+			if err := unix.Setxattr(filepath.Join(root, strings.TrimSuffix(s, "/^")), layers.OpaqueXattr, []byte("y"), 0); err != nil {
 				t.Fatal(err)
 			}
 		case strings.HasSuffix(s, "/"):

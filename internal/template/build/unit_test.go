@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -99,10 +100,13 @@ func TestCacheFile(t *testing.T) {
 	}
 	k1, k2 := strings.Repeat("a", 64), strings.Repeat("b", 64)
 	layer := "sha256:" + strings.Repeat("c", 64)
-	if err := c.put(k1, layer); err != nil {
-		t.Fatal(err)
+	c.put(k1, layer)
+	c.put(k2, "")
+	// put only records; flush saves, once.
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("put wrote the file before flush: %v", err)
 	}
-	if err := c.put(k2, ""); err != nil {
+	if err := c.flush(); err != nil {
 		t.Fatal(err)
 	}
 	// Reopened, the entries are there; nothing is left in tmp/.
@@ -159,9 +163,7 @@ func TestCacheEviction(t *testing.T) {
 	for i := range maxCacheEntries {
 		c.entries[fmt.Sprintf("%064x", i)] = cacheEntry{Used: old.Add(time.Duration(i) * time.Millisecond)}
 	}
-	if err := c.put(strings.Repeat("f", 64), ""); err != nil {
-		t.Fatal(err)
-	}
+	c.put(strings.Repeat("f", 64), "")
 	if len(c.entries) != maxCacheEntries {
 		t.Errorf("%d entries, want %d", len(c.entries), maxCacheEntries)
 	}

@@ -54,6 +54,16 @@ type Config struct {
 	Entrypoint []string `json:"entrypoint,omitempty"`
 }
 
+// EnvMap returns Env as a map; a later duplicate key wins, as in Docker.
+func (c Config) EnvMap() map[string]string {
+	env := make(map[string]string, len(c.Env))
+	for _, kv := range c.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	return env
+}
+
 // Limits of a Config, generous for real images and small enough to keep a
 // hostile image config from bloating the store.
 const (

@@ -357,3 +357,27 @@ func TestConcurrentExtractSameLayer(t *testing.T) {
 	}
 	assertTmpEmpty(t, s)
 }
+
+func TestConfigEnvMap(t *testing.T) {
+	tests := []struct {
+		env  []string
+		want map[string]string
+	}{
+		{nil, map[string]string{}},
+		{[]string{"A=1", "B="}, map[string]string{"A": "1", "B": ""}},
+		{[]string{"A=1", "A=2"}, map[string]string{"A": "2"}}, // a later duplicate wins
+		{[]string{"URL=a=b"}, map[string]string{"URL": "a=b"}},
+	}
+	for _, tt := range tests {
+		got := Config{Env: tt.env}.EnvMap()
+		if len(got) != len(tt.want) {
+			t.Errorf("EnvMap(%q) = %v, want %v", tt.env, got, tt.want)
+			continue
+		}
+		for k, v := range tt.want {
+			if g, ok := got[k]; !ok || g != v {
+				t.Errorf("EnvMap(%q)[%q] = %q, %v; want %q", tt.env, k, g, ok, v)
+			}
+		}
+	}
+}
