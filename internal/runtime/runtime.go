@@ -13,6 +13,7 @@ package runtime
 
 import (
 	"context"
+	"maps"
 	"net"
 	"regexp"
 	"time"
@@ -102,6 +103,9 @@ type Rootfs struct {
 	Binds []Bind `json:"binds,omitempty"`
 	// Workdir is the default working directory; defaults to /home/user.
 	Workdir string `json:"workdir,omitempty"`
+	// Env is the environment the template sets (an image's ENV). Every
+	// process starts with it, under Spec.Env.
+	Env map[string]string `json:"env,omitempty"`
 }
 
 // MaxLayers is the most read-only layers a Rootfs may stack. Overlayfs
@@ -109,6 +113,18 @@ type Rootfs struct {
 // one SCM_RIGHTS message and each adds a path to the mount options, which
 // must fit in a page; Docker's own limit is 127.
 const MaxLayers = 128
+
+// BaseEnv returns the environment every process of a sandbox made from
+// spec starts with: the template's, then the spec's on top.
+func (spec *Spec) BaseEnv() map[string]string {
+	if len(spec.Rootfs.Env) == 0 {
+		return spec.Env
+	}
+	env := make(map[string]string, len(spec.Rootfs.Env)+len(spec.Env))
+	maps.Copy(env, spec.Rootfs.Env)
+	maps.Copy(env, spec.Env)
+	return env
+}
 
 // Bind mounts a host path into the sandbox read-only.
 type Bind struct {

@@ -414,17 +414,11 @@ func (m *Manager) startInstance(ctx context.Context, src template.Source, id str
 	if err != nil {
 		return nil, err
 	}
-	var env map[string]string
-	if es, ok := src.(template.EnvSource); ok {
-		if env, err = es.Env(); err != nil {
-			return nil, err
-		}
-	}
 	labels, err := encodeLabels(p)
 	if err != nil {
 		return nil, err
 	}
-	inst, err := m.rt.Create(ctx, runtime.Spec{ID: id, Rootfs: rootfs, Env: env, Limits: limits, Labels: labels})
+	inst, err := m.rt.Create(ctx, runtime.Spec{ID: id, Rootfs: rootfs, Limits: limits, Labels: labels})
 	if err != nil {
 		m.log.Warn("runtime create failed", "sandbox", id, "err", err)
 		if ctx.Err() != nil {

@@ -773,8 +773,10 @@ func TestDestroyFailure(t *testing.T) {
 // envSource is a template with an environment of its own.
 type envSource struct{ staticSource }
 
-func (envSource) Env() (map[string]string, error) {
-	return map[string]string{"FROM_IMAGE": "image", "SHADOWED": "image"}, nil
+func (s envSource) Resolve(ctx context.Context) (runtime.Rootfs, error) {
+	r, err := s.staticSource.Resolve(ctx)
+	r.Env = map[string]string{"FROM_IMAGE": "image", "SHADOWED": "image"}
+	return r, err
 }
 
 // TestTemplateEnvAndInUse checks that a template's environment reaches

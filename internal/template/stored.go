@@ -54,20 +54,9 @@ func (t *Stored) Name() string { return t.name }
 // env, user, cmd, entrypoint).
 func (t *Stored) Manifest() (layers.Manifest, error) { return t.store.Get(t.name) }
 
-// Env returns the image's environment (its ENV lines) as a map; a later
-// duplicate key wins, as in Docker.
-func (t *Stored) Env() (map[string]string, error) {
-	m, err := t.store.Get(t.name)
-	if err != nil {
-		return nil, err
-	}
-	return m.Config.EnvMap(), nil
-}
-
-var _ EnvSource = (*Stored)(nil)
-
-// Resolve returns the template's layer directories and its working
-// directory. It fails with ErrNotFound once the template is removed.
+// Resolve returns the template's layer directories, its working
+// directory and its environment, all from one read of the manifest (a
+// replace landing in between cannot mix two versions). It fails with ErrNotFound once the template is removed.
 func (t *Stored) Resolve(ctx context.Context) (runtime.Rootfs, error) {
 	dirs, m, err := t.store.Rootfs(ctx, t.name)
 	if err != nil {
@@ -76,5 +65,5 @@ func (t *Stored) Resolve(ctx context.Context) (runtime.Rootfs, error) {
 		}
 		return runtime.Rootfs{}, err
 	}
-	return runtime.Rootfs{Layers: dirs, Workdir: m.Config.Workdir}, nil
+	return runtime.Rootfs{Layers: dirs, Workdir: m.Config.Workdir, Env: m.Config.EnvMap()}, nil
 }

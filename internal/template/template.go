@@ -37,13 +37,6 @@ type Source interface {
 	Resolve(ctx context.Context) (runtime.Rootfs, error)
 }
 
-// EnvSource is implemented by sources whose sandboxes start with an
-// environment of their own (an image's ENV): every process in the sandbox
-// gets it, under the sandbox's and the request's variables.
-type EnvSource interface {
-	Env() (map[string]string, error)
-}
-
 // NamePattern is the syntax of template names.
 var NamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 

@@ -167,7 +167,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 		ID:          spec.ID,
 		Hostname:    spec.Hostname,
 		Rootfs:      spec.Rootfs,
-		Env:         spec.Env,
+		Env:         spec.BaseEnv(),
 		Limits:      limits,
 		MountDir:    mnt,
 		AgentBinary: r.bin,

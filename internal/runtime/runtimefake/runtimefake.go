@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -240,9 +241,7 @@ func (r *Runtime) start(ctx context.Context, inst *Instance, createErr error, de
 		}
 	}
 	env := map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	for k, v := range inst.spec.Env {
-		env[k] = v
-	}
+	maps.Copy(env, inst.spec.BaseEnv())
 	a, err := agent.New(agent.Options{
 		Root: inst.root,
 		Users: map[string]agent.User{

@@ -64,13 +64,7 @@ func coldCreate(b *testing.B, rt runtime.Runtime, src template.Source) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var env map[string]string
-		if es, ok := src.(template.EnvSource); ok {
-			if env, err = es.Env(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		inst, err := rt.Create(ctx, runtime.Spec{ID: runtimetest.NewID("bench"), Rootfs: rootfs, Env: env})
+		inst, err := rt.Create(ctx, runtime.Spec{ID: runtimetest.NewID("bench"), Rootfs: rootfs})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -185,11 +179,7 @@ func TestRecipePythonData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	envMap, err := src.(template.EnvSource).Env()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb := runtimetest.Create(t, ctx, e.rt.Runtime, rootfs, runtime.Spec{ID: runtimetest.NewID("py"), Env: envMap})
+	sb := runtimetest.Create(t, ctx, e.rt.Runtime, rootfs, runtime.Spec{ID: runtimetest.NewID("py")})
 	script := `
 import pandas as pd, matplotlib.pyplot as plt
 df = pd.DataFrame({"x": range(10), "y": [v * v for v in range(10)]})

@@ -287,13 +287,7 @@ func (e *testEnv) sandbox(t testing.TB, name string) *runtimetest.Sandbox {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var envMap map[string]string
-	if es, ok := src.(template.EnvSource); ok {
-		if envMap, err = es.Env(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return runtimetest.Create(t, ctx, e.rt.Runtime, rootfs, runtime.Spec{ID: runtimetest.NewID("t"), Rootfs: rootfs, Env: envMap})
+	return runtimetest.Create(t, ctx, e.rt.Runtime, rootfs, runtime.Spec{ID: runtimetest.NewID("t"), Rootfs: rootfs})
 }
 
 // sh runs a shell command in sb as user (default user) and returns its

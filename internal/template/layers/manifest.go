@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/runtime"
 )
 
-// MaxLayers is the most layers one template may stack. Overlayfs takes
-// up to 500 lower directories, but every layer adds a path to the mount
-// options, which must fit in one page.
-const MaxLayers = 128
+// MaxLayers is the most layers one template may stack: what a sandbox's
+// root filesystem can take (see runtime.MaxLayers).
+const MaxLayers = runtime.MaxLayers
 
 // namePattern is the template name syntax; it must equal
 // template.NamePattern (the template package checks this in a test). A name
