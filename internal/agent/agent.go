@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -48,6 +49,10 @@ type Options struct {
 	Users map[string]User
 	// DefaultUser is used when a request names no user.
 	DefaultUser string
+	// Workdir is the working directory of processes whose request names
+	// none (a template's WORKDIR, a path in Root's terms). Empty, or a
+	// directory that is gone, means the user's home.
+	Workdir string
 	// BaseEnv is the environment every process starts with.
 	BaseEnv map[string]string
 	// SwitchUser makes children run with the requested user's uid/gid.
@@ -124,6 +129,9 @@ func New(opts Options) (*Agent, error) {
 	}
 	if _, ok := opts.Users[opts.DefaultUser]; !ok {
 		return nil, fmt.Errorf("agent: default user %q is not in Users", opts.DefaultUser)
+	}
+	if opts.Workdir != "" && !filepath.IsAbs(opts.Workdir) {
+		return nil, fmt.Errorf("agent: working directory %q is not absolute", opts.Workdir)
 	}
 	if opts.MaxOutputBytes == 0 {
 		opts.MaxOutputBytes = 64 << 20

@@ -147,6 +147,26 @@ func checkPtySize(sz *agentv1.PtySize) (ptySize, error) {
 	return ptySize{cols: uint16(c), rows: uint16(r)}, nil
 }
 
+// defaultDir returns the host path of the working directory of a process
+// that names none: the agent's Workdir, else home, else "/", the first
+// that is a directory.
+func (t *processTable) defaultDir(home string) string {
+	for _, d := range []string{t.opts.Workdir, home} {
+		if d == "" {
+			continue
+		}
+		if p := t.hostPath(d); isDir(p) {
+			return p
+		}
+	}
+	return t.hostPath("/")
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
+
 // resolve validates cfg and resolves it against the agent's options: user,
 // environment, working directory and executable.
 func (t *processTable) resolve(cfg *agentv1.ProcessConfig) (*procSpec, error) {
@@ -204,10 +224,7 @@ func (t *processTable) resolve(cfg *agentv1.ProcessConfig) (*procSpec, error) {
 			return nil, invalidf("cwd %q is not a directory", filepath.Clean(cwd))
 		}
 	} else {
-		spec.dir = t.hostPath(home)
-		if fi, err := os.Stat(spec.dir); err != nil || !fi.IsDir() {
-			spec.dir = t.hostPath("/")
-		}
+		spec.dir = t.defaultDir(home)
 	}
 
 	env := make(map[string]string, len(t.opts.BaseEnv)+len(cfg.GetEnv())+4)

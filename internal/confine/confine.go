@@ -91,6 +91,12 @@ type Policy struct {
 	// part of the policy in an earlier image of this process (see
 	// RestrictFiles); Apply then skips Landlock and ignores the path lists.
 	FilesRestricted bool
+	// KeepBounding is a set of capabilities (bit n is capability n) that
+	// stay in the bounding set, so that a child executed as uid 0 starts
+	// with them and nothing else; children of other uids get none. Zero
+	// empties the bounding set. Capabilities held by a process in a user
+	// namespace act only on what that namespace owns.
+	KeepBounding uint64
 	// MinLandlockABI makes Apply fail, before it changes anything, when the
 	// kernel's Landlock ABI is older. Zero means best effort: Landlock is
 	// applied down to whatever the kernel supports, or skipped when the

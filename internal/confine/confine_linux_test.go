@@ -83,7 +83,9 @@ func runChild(name string) int {
 		}
 	}
 	if os.Getenv(envConfine) == "1" {
-		res, err := Apply(testPolicy(env.dir))
+		policy := testPolicy(env.dir)
+		policy.KeepBounding = sc.keep
+		res, err := Apply(policy)
 		if errors.Is(err, errdefs.ErrNotSupported) {
 			rep.Skip = err.Error()
 			return 0

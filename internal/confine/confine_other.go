@@ -23,7 +23,7 @@ func RestrictFiles(p Policy) (Result, error) {
 	return Result{}, fmt.Errorf("confine: %w on this operating system", errdefs.ErrNotSupported)
 }
 
-// EmptyBoundingForExec is only implemented on Linux.
-func EmptyBoundingForExec() error {
+// NarrowBoundingForExec is only implemented on Linux.
+func NarrowBoundingForExec(uint64) error {
 	return fmt.Errorf("confine: %w on this operating system", errdefs.ErrNotSupported)
 }

@@ -66,7 +66,7 @@ func runDomainChild(mode string) int {
 		}
 		if mode == "reexec" {
 			runtime.LockOSThread()
-			if err := EmptyBoundingForExec(); err != nil {
+			if err := NarrowBoundingForExec(0); err != nil {
 				return fail(err)
 			}
 			err := syscall.Exec("/proc/self/exe", []string{os.Args[0], "-test.run=^$"}, []string{envDomain + "=reexec2", "PATH=/usr/bin:/bin"})

@@ -42,6 +42,7 @@ type scenario struct {
 	minABI     int
 	before     func(*scenarioEnv) error // runs before Apply
 	standalone bool                     // not part of TestScenarios
+	keep       uint64                   // Policy.KeepBounding
 }
 
 // scenarioEnv is the child's view of the fixture.
@@ -341,24 +342,16 @@ var scenarios = map[string]scenario{
 	}},
 	"exec_as_root_no_caps": {want: "CapInh=0 CapPrm=0 CapEff=0 CapBnd=0 CapAmb=0 NoNewPrivs=1 Seccomp=2",
 		before: raiseInheritable,
-		run: func(*scenarioEnv) string {
-			cmd := exec.Command("/bin/cat", "/proc/self/status")
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}}
-			out, err := cmd.Output()
-			if err != nil {
-				return errnoString(err)
-			}
-			st, err := parseStatus(strings.NewReader(string(out)))
-			if err != nil {
-				return err.Error()
-			}
-			nnp := 0
-			if st.NoNewPrivs {
-				nnp = 1
-			}
-			return fmt.Sprintf("CapInh=%x CapPrm=%x CapEff=%x CapBnd=%x CapAmb=%x NoNewPrivs=%d Seccomp=%d",
-				st.CapInh, st.CapPrm, st.CapEff, st.CapBnd, st.CapAmb, nnp, st.SeccompMode)
-		}},
+		run:    func(*scenarioEnv) string { return childCaps(0) }},
+	// A build sandbox's root keeps exactly the kept capabilities; uid 1000
+	// still gets none.
+	"exec_as_root_kept_caps": {want: "CapInh=0 CapPrm=9 CapEff=9 CapBnd=9 CapAmb=0 NoNewPrivs=1 Seccomp=2",
+		before: raiseInheritable,
+		keep:   1<<unix.CAP_CHOWN | 1<<unix.CAP_FOWNER,
+		run:    func(*scenarioEnv) string { return childCaps(0) }},
+	"exec_as_uid_1000_kept_caps": {want: "CapInh=0 CapPrm=0 CapEff=0 CapBnd=9 CapAmb=0 NoNewPrivs=1 Seccomp=2",
+		keep: 1<<unix.CAP_CHOWN | 1<<unix.CAP_FOWNER,
+		run:  func(*scenarioEnv) string { return childCaps(1000) }},
 	"signal_own_child": {want: "ok", control: controlNone, run: func(*scenarioEnv) string {
 		cmd := exec.Command("sleep", "60")
 		if err := cmd.Start(); err != nil {
@@ -608,6 +601,28 @@ func startLockedThread(e *scenarioEnv) error {
 // raiseInheritable puts capabilities in the inheritable set of every thread,
 // so that exec_as_root_no_caps shows Apply clears it: with an empty bounding
 // set, a root execve still gets P(inheritable).
+// childCaps runs cat /proc/self/status as uid and reports its capability
+// sets, no_new_privs and seccomp mode.
+func childCaps(uid uint32) string {
+	cmd := exec.Command("/bin/cat", "/proc/self/status")
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
+	out, err := cmd.Output()
+	if err != nil {
+		return errnoString(err)
+	}
+	st, err := parseStatus(strings.NewReader(string(out)))
+	if err != nil {
+		return err.Error()
+	}
+	nnp := 0
+	if st.NoNewPrivs {
+		nnp = 1
+	}
+	return fmt.Sprintf("CapInh=%x CapPrm=%x CapEff=%x CapBnd=%x CapAmb=%x NoNewPrivs=%d Seccomp=%d",
+		st.CapInh, st.CapPrm, st.CapEff, st.CapBnd, st.CapAmb, nnp, st.SeccompMode)
+}
+
 func raiseInheritable(*scenarioEnv) error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData

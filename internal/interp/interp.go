@@ -100,7 +100,7 @@ type ContextInfo struct {
 	ID       string
 	Language Language
 	// Cwd is the working directory the kernel started in ("" for the
-	// user's home).
+	// sandbox's default: its template's WORKDIR, else the user's home).
 	Cwd string
 	// Default marks the context Run uses for its language when given no
 	// context ID.
@@ -117,7 +117,8 @@ type ContextInfo struct {
 type ContextOptions struct {
 	Language Language
 	// Cwd is the kernel's working directory (relative to the user's
-	// home); empty means the home.
+	// home); empty means the sandbox's default: its template's WORKDIR,
+	// else the user's home.
 	Cwd string
 	// Env is added to the sandbox's environment for the kernel.
 	Env map[string]string

@@ -13,10 +13,15 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net"
+	"path"
 	"regexp"
+	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
 // Runtime creates sandboxes and finds the ones a previous daemon left
@@ -88,6 +93,12 @@ type Spec struct {
 	// Labels are opaque key/values kept with the sandbox and returned for
 	// adopted sandboxes; the lifecycle manager stores its bookkeeping here.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Build makes a build sandbox, for a template's RUN steps: root inside
+	// keeps the file-administration capabilities a Dockerfile RUN expects
+	// (chown, setuid, ...; see BuildCapabilities in the backend), scoped
+	// to the sandbox's own user namespace, and may write anywhere in the
+	// root filesystem rather than only under its top-level directories.
+	Build bool `json:"build,omitempty"`
 }
 
 // IDPattern is the syntax of sandbox IDs: it keeps IDs safe to use in host
@@ -101,11 +112,36 @@ type Rootfs struct {
 	Layers []string `json:"layers"`
 	// Binds are mounted on top of the layers, in order.
 	Binds []Bind `json:"binds,omitempty"`
-	// Workdir is the default working directory; defaults to /home/user.
+	// Workdir is the working directory of processes that name none (an
+	// image's WORKDIR). It is made, owned by root, when the sandbox starts
+	// if the layers lack it. Empty means the default user's home.
 	Workdir string `json:"workdir,omitempty"`
+	// User is the account processes run as when a request names none (an
+	// image's USER): "name", "uid", "name:group" or "uid:gid", looked up
+	// in the root filesystem's /etc/passwd and /etc/group when the sandbox
+	// starts. Empty means the sandbox user ("user", uid 1000).
+	User string `json:"user,omitempty"`
 	// Env is the environment the template sets (an image's ENV). Every
 	// process starts with it, under Spec.Env.
 	Env map[string]string `json:"env,omitempty"`
+}
+
+// Limits on the defaults a Rootfs carries.
+const (
+	maxWorkdirLen = 4096
+	maxUserLen    = 256
+)
+
+// Validate checks the fields of r that are not host paths: the working
+// directory is absolute and clean and the user a short printable word.
+func (r *Rootfs) Validate() error {
+	if w := r.Workdir; w != "" && (!path.IsAbs(w) || path.Clean(w) != w || len(w) > maxWorkdirLen || strings.IndexByte(w, 0) >= 0) {
+		return fmt.Errorf("rootfs: working directory %.100q must be an absolute clean path of at most %d bytes: %w", w, maxWorkdirLen, errdefs.ErrInvalidArgument)
+	}
+	if u := r.User; len(u) > maxUserLen || strings.ContainsFunc(u, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
+		return fmt.Errorf("rootfs: user %.100q must be at most %d printable bytes without spaces: %w", u, maxUserLen, errdefs.ErrInvalidArgument)
+	}
+	return nil
 }
 
 // MaxLayers is the most read-only layers a Rootfs may stack. Overlayfs

@@ -54,9 +54,10 @@ func (t *Stored) Name() string { return t.name }
 // env, user, cmd, entrypoint).
 func (t *Stored) Manifest() (layers.Manifest, error) { return t.store.Get(t.name) }
 
-// Resolve returns the template's layer directories, its working
-// directory and its environment, all from one read of the manifest (a
-// replace landing in between cannot mix two versions). It fails with ErrNotFound once the template is removed.
+// Resolve returns the template's layer directories and its defaults
+// (working directory, user, environment), all from one read of the
+// manifest (a replace landing in between cannot mix two versions). It
+// fails with ErrNotFound once the template is removed.
 func (t *Stored) Resolve(ctx context.Context) (runtime.Rootfs, error) {
 	dirs, m, err := t.store.Rootfs(ctx, t.name)
 	if err != nil {
@@ -65,5 +66,5 @@ func (t *Stored) Resolve(ctx context.Context) (runtime.Rootfs, error) {
 		}
 		return runtime.Rootfs{}, err
 	}
-	return runtime.Rootfs{Layers: dirs, Workdir: m.Config.Workdir, Env: m.Config.EnvMap()}, nil
+	return runtime.Rootfs{Layers: dirs, Workdir: m.Config.Workdir, User: m.Config.User, Env: m.Config.EnvMap()}, nil
 }

@@ -49,7 +49,7 @@ func TestStored(t *testing.T) {
 		}
 		diffIDs = append(diffIDs, info.DiffID)
 	}
-	if _, err := store.Put(ctx, layers.Manifest{Name: "img", Layers: diffIDs, Config: layers.Config{Workdir: "/app"}}, layers.PutOptions{}); err != nil {
+	if _, err := store.Put(ctx, layers.Manifest{Name: "img", Layers: diffIDs, Config: layers.Config{Workdir: "/app", User: "node:staff"}}, layers.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	lease.Release()
@@ -75,7 +75,7 @@ func TestStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rootfs.Layers) != 2 || rootfs.Workdir != "/app" {
+	if len(rootfs.Layers) != 2 || rootfs.Workdir != "/app" || rootfs.User != "node:staff" {
 		t.Fatalf("rootfs = %+v", rootfs)
 	}
 	for i, want := range []string{"lower", "upper"} {

@@ -8,17 +8,40 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/cgroups"
 	"github.com/airlock-sandbox/airlock/internal/confine"
 )
 
+// buildCapabilities are the capabilities root keeps in a build sandbox:
+// Docker's default set without those the sandbox has no use for or
+// refuses anyway (mknod, raw sockets, chroot, file capabilities, audit).
+// They act only on what the sandbox's user namespace owns: its own files
+// (ids 0-65535 of its range) and processes, never a host file.
+const buildCapabilities = 1<<unix.CAP_CHOWN | 1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP_FOWNER |
+	1<<unix.CAP_FSETID | 1<<unix.CAP_KILL | 1<<unix.CAP_SETGID | 1<<unix.CAP_SETUID |
+	1<<unix.CAP_NET_BIND_SERVICE
+
+// keptCapabilities returns the capabilities left in the bounding set,
+// which every process run as root inside the sandbox gets: none, or
+// buildCapabilities in a build sandbox.
+func keptCapabilities(build bool) uint64 {
+	if build {
+		return buildCapabilities
+	}
+	return 0
+}
+
 // agentPolicy is the sandbox's filesystem policy, which the agent enforces
 // on itself and every process it starts inherits. Writes are limited to the
 // top-level directories of the root filesystem (and /dev/shm, /dev/pts and
 // a few device files), never /proc, /dev or /sys; the delegated cgroup
-// directories stay writable through their fds.
-func agentPolicy(cgroupFDs []int) (confine.Policy, error) {
+// directories stay writable through their fds. A build sandbox may write
+// anywhere (a RUN step makes /app or /opt/x), which leaves /proc, /dev and
+// /sys to their own permissions.
+func agentPolicy(cgroupFDs []int, build bool) (confine.Policy, error) {
 	entries, err := os.ReadDir("/")
 	if err != nil {
 		return confine.Policy{}, err
@@ -32,6 +55,9 @@ func agentPolicy(cgroupFDs []int) (confine.Policy, error) {
 		if e.IsDir() {
 			writable = append(writable, "/"+e.Name())
 		}
+	}
+	if build {
+		writable = []string{"/"}
 	}
 	writable = append(writable, "/dev/shm", "/dev/pts")
 	devices := []string{"/dev/pts", "/dev/ptmx"}

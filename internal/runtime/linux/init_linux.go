@@ -107,6 +107,8 @@ func setupStage() int {
 	if !ok {
 		return 1
 	}
+	// Every sandbox starts with Docker's umask, whatever the daemon's.
+	unix.Umask(0o022)
 	if err := setupRootfs(&cfg); err != nil {
 		return fail(fmt.Errorf("root filesystem: %w", err))
 	}
@@ -128,7 +130,7 @@ func setupStage() int {
 	// The writable layer's descriptor is a writable tree for Landlock
 	// too, or ExportChanges could not read it: it lies outside the
 	// sandbox's root, where no sandboxed process can reach it.
-	policy, err := agentPolicy(append(slices.Clone(cfg.CgroupFDs), cfg.ChangesFD))
+	policy, err := agentPolicy(append(slices.Clone(cfg.CgroupFDs), cfg.ChangesFD), cfg.Build)
 	if err != nil {
 		return fail(fmt.Errorf("confine: %w", err))
 	}
@@ -151,7 +153,7 @@ func setupStage() int {
 	// Emptying the bounding set on this one thread is much cheaper than
 	// on every thread of the serve stage; the capabilities the agent
 	// needs survive the exec in its inheritable set.
-	if err := confine.EmptyBoundingForExec(); err != nil {
+	if err := confine.NarrowBoundingForExec(keptCapabilities(cfg.Build)); err != nil {
 		return fail(fmt.Errorf("confine: %w", err))
 	}
 	if _, err := unix.FcntlInt(uintptr(cfg.ChangesFD), unix.F_SETFD, 0); err != nil {
@@ -180,7 +182,7 @@ func serveStage() int {
 		unix.CloseOnExec(cfg.ChangesFD)
 		changes = os.NewFile(uintptr(cfg.ChangesFD), "changes")
 	}
-	res, err := confine.Apply(confine.Policy{FilesRestricted: true})
+	res, err := confine.Apply(confine.Policy{FilesRestricted: true, KeepBounding: keptCapabilities(cfg.Build)})
 	if err != nil {
 		return fail(fmt.Errorf("confine: %w", err))
 	}
@@ -193,13 +195,12 @@ func serveStage() int {
 		return fail(fmt.Errorf("control socket: %w", err))
 	}
 
+	users, defaultUser := agentUsers(cfg.Account)
 	a, err := agent.New(agent.Options{
-		Root: "/",
-		Users: map[string]agent.User{
-			"user": {Name: "user", UID: sandboxUserUID, GID: sandboxUserGID, Home: sandboxHome},
-			"root": {Name: "root", UID: 0, GID: 0, Home: "/root"},
-		},
-		DefaultUser: "user",
+		Root:        "/",
+		Users:       users,
+		DefaultUser: defaultUser,
+		Workdir:     cfg.Rootfs.Workdir,
 		BaseEnv:     cfg.Env,
 		SwitchUser:  true,
 		ReapAll:     true,

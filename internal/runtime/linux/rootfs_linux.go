@@ -85,6 +85,9 @@ func setupRootfs(cfg *initConfig) error {
 			return fmt.Errorf("bind %s: %w", b.Target, err)
 		}
 	}
+	if err := applyDefaults(rootFD, cfg); err != nil {
+		return err
+	}
 	if err := bindReadOnly(rootFD, cfg.AgentBinary, agentBinaryPath, false); err != nil {
 		return fmt.Errorf("agent binary: %w", err)
 	}
@@ -98,6 +101,43 @@ func setupRootfs(cfg *initConfig) error {
 		return err
 	}
 	return pivotInto(root)
+}
+
+// applyDefaults applies the template's defaults to the root filesystem
+// rootFD, before anything runs in it: it looks up the default account
+// (cfg.Rootfs.User) in the template's /etc/passwd and /etc/group into
+// cfg.Account, and makes the working directory, owned by root, when the
+// layers lack it (as Docker does).
+func applyDefaults(rootFD int, cfg *initConfig) error {
+	var db accountDB
+	if cfg.Rootfs.User != "" {
+		var err error
+		if db, err = readAccountDB(rootFD); err != nil {
+			return fmt.Errorf("user %q: %w", cfg.Rootfs.User, err)
+		}
+	}
+	acct, err := resolveAccount(cfg.Rootfs.User, db)
+	if err != nil {
+		return err
+	}
+	cfg.Account = acct
+	w := cfg.Rootfs.Workdir
+	if w == "" || w == "/" {
+		return nil
+	}
+	if fd, err := openIn(rootFD, w, unix.O_PATH|unix.O_DIRECTORY); err == nil {
+		unix.Close(fd)
+		return nil
+	}
+	if err := mkdirIn(rootFD, w, 0o755); err != nil {
+		return fmt.Errorf("working directory: %w", err)
+	}
+	fd, err := openIn(rootFD, w, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return fmt.Errorf("working directory %q: %w", w, err)
+	}
+	unix.Close(fd)
+	return nil
 }
 
 // attachLayers returns the overlay lower directories, lowest first. With

@@ -289,6 +289,9 @@ func validateSpec(spec *runtime.Spec) error {
 			return fmt.Errorf("sandbox %s: layer path must be absolute: %w", spec.ID, errdefs.ErrInvalidArgument)
 		}
 	}
+	if err := spec.Rootfs.Validate(); err != nil {
+		return fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
 	for _, b := range spec.Rootfs.Binds {
 		if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) || filepath.Clean(b.Target) == "/" {
 			return fmt.Errorf("sandbox %s: bind %q: %w", spec.ID, b.Target, errdefs.ErrInvalidArgument)

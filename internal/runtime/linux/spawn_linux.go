@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/cgroups"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
@@ -55,12 +56,17 @@ type initConfig struct {
 	// IDMappedLayers says that the daemon passed, with the configuration,
 	// one id-mapped mount per layer (see idmapLayers), in layer order.
 	IDMappedLayers bool `json:"idmapped_layers,omitempty"`
+	// Build makes a build sandbox (runtime.Spec.Build).
+	Build bool `json:"build,omitempty"`
 
 	// ChangesFD is set by the setup stage for the serve stage: a
 	// descriptor of the overlay's upper directory (the writable layer),
 	// which ExportChanges reads. The old root, where it lives, is gone
 	// from the mount tree after pivot_root.
 	ChangesFD int `json:"changes_fd,omitempty"`
+	// Account is set by the setup stage for the serve stage: the default
+	// account, Rootfs.User looked up in the template's /etc/passwd.
+	Account agent.User `json:"account"`
 
 	// layerFDs are the descriptors that came with the configuration.
 	layerFDs []int
@@ -171,6 +177,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 		Limits:      limits,
 		MountDir:    mnt,
 		AgentBinary: r.bin,
+		Build:       spec.Build,
 	}
 	extra := []*os.File{lnFile, cfgR, statusW}
 	cgFiles, cgSpec := deleg.ExtraFiles(fdListener + len(extra))

@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -235,7 +236,10 @@ func (r *Runtime) start(ctx context.Context, inst *Instance, createErr error, de
 	if err := os.Mkdir(inst.dir, 0o700); err != nil {
 		return fmt.Errorf("sandbox %s: %w: %v", id, errdefs.ErrInternal, err)
 	}
-	for _, d := range []string{"root/home/user", "root/root", "root/tmp"} {
+	if err := inst.spec.Rootfs.Validate(); err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	for _, d := range []string{"root/home/user", "root/root", "root/tmp", "root" + inst.spec.Rootfs.Workdir} {
 		if err := os.MkdirAll(filepath.Join(inst.dir, d), 0o755); err != nil {
 			return fmt.Errorf("sandbox %s: %w: %v", id, errdefs.ErrInternal, err)
 		}
@@ -248,7 +252,8 @@ func (r *Runtime) start(ctx context.Context, inst *Instance, createErr error, de
 			"user": {Name: "user", UID: r.uid, GID: r.gid, Home: "/home/user"},
 			"root": {Name: "root", UID: r.uid, GID: r.gid, Home: "/root"},
 		},
-		DefaultUser: "user",
+		DefaultUser: fakeDefaultUser(inst.spec.Rootfs.User),
+		Workdir:     inst.spec.Rootfs.Workdir,
 		BaseEnv:     env,
 		Logger:      r.log.With("sandbox", id),
 	})
@@ -562,4 +567,15 @@ func (c *trackedConn) Close() error {
 		c.l.mu.Unlock()
 	})
 	return c.Conn.Close()
+}
+
+// fakeDefaultUser maps a template's USER to one of the fake's two
+// accounts: root for root or uid 0, user otherwise. (The real runtime
+// looks the user up in the template's /etc/passwd.)
+func fakeDefaultUser(u string) string {
+	switch name, _, _ := strings.Cut(u, ":"); name {
+	case "root", "0":
+		return "root"
+	}
+	return "user"
 }

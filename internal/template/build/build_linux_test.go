@@ -102,18 +102,19 @@ COPY a.txt .
 `
 	e.mustBuild(t, Request{Name: "copy-test", Airfile: []byte(af), ContextDir: ctxDir})
 	sb := e.sandbox(t, "copy-test")
-	// Root has no capabilities in a sandbox: it cannot enter /home/user
-	// (0750), so those checks run as the user.
+	// The template's USER is root, which has no capabilities in a
+	// sandbox: it cannot enter /home/user (0750), so those checks run
+	// as the user.
 	checks := []struct{ user, cmd, want string }{
 		{"root", "stat -c '%a %u:%g' /srv/a.txt; cat /srv/a.txt", "640 0:0\nalpha\n"},
-		{"", "stat -c '%a %u:%g' /home/user/app /home/user/app/sub /home/user/app/sub/b.txt /home/user/app/top.txt", "755 1000:1000\n755 1000:1000\n600 1000:1000\n644 1000:1000\n"},
-		{"", "readlink /home/user/app/link; cat /home/user/app/link", "top.txt\ntop\n"},
-		{"", "test -e /home/user/app/app && echo nested; /usr/local/bin/tool", "tool\n"},
+		{"user", "stat -c '%a %u:%g' /home/user/app /home/user/app/sub /home/user/app/sub/b.txt /home/user/app/top.txt", "755 1000:1000\n755 1000:1000\n600 1000:1000\n644 1000:1000\n"},
+		{"user", "readlink /home/user/app/link; cat /home/user/app/link", "top.txt\ntop\n"},
+		{"user", "test -e /home/user/app/app && echo nested; /usr/local/bin/tool", "tool\n"},
 		// The parent keeps its mode and owner; the new directory is root's.
 		{"root", "stat -c '%a %u:%g' /opt/special /opt/special/sub /opt/special/sub/a.txt", "711 1000:1000\n755 0:0\n640 0:0\n"},
 		// /bin is still the symlink to usr/bin, which got the file.
 		{"root", "readlink /bin; cat /usr/bin/a.txt; test -x /usr/bin/sh && echo sh-ok", "usr/bin\nalpha\nsh-ok\n"},
-		{"", "stat -c '%u:%g' /home/user/named.txt", "1000:1000\n"},
+		{"user", "stat -c '%u:%g' /home/user/named.txt", "1000:1000\n"},
 		{"root", "cat /work/rel.txt /work/a.txt", "alpha\nalpha\n"},
 	}
 	for _, c := range checks {
@@ -160,6 +161,84 @@ RUN pwd > where && id -un >> where
 	res, out, _ := sb.Run(t, context.Background(), execIn(m.Config.Workdir, "pwd"))
 	if res.ExitCode != 0 || out != "/srv/app/sub\n" {
 		t.Errorf("exec in the template's workdir: %+v %q", res, out)
+	}
+}
+
+// TestBuildRootCapabilities shows that root in a RUN step can do what a
+// Dockerfile RUN does (make top-level directories, chown to any id,
+// install a package with dpkg), that a step runs as any user of the
+// image, and that the sandbox user of a RUN step gets no capabilities.
+func TestBuildRootCapabilities(t *testing.T) {
+	requireSandboxes(t)
+	e := withBase(t)
+	af := `FROM template:base
+RUN mkdir /newtop && chown 1000:1000 /newtop && touch /newtop/odd && chown 123:456 /newtop/odd && chmod 0640 /newtop/odd
+RUN mkdir -p /tmp/pkg/DEBIAN /tmp/pkg/opt/hello \
+ && printf 'Package: hello-airlock\nVersion: 1.0\nArchitecture: all\nMaintainer: t <t@example.com>\nDescription: test\n' > /tmp/pkg/DEBIAN/control \
+ && echo hi > /tmp/pkg/opt/hello/file && chown -R 2000:2000 /tmp/pkg/opt \
+ && dpkg-deb --root-owner-group --build /tmp/pkg /tmp/hello.deb && dpkg -i /tmp/hello.deb && rm -r /tmp/pkg /tmp/hello.deb
+USER nobody
+RUN id -un > /tmp/who
+USER user
+`
+	m, _ := e.mustBuild(t, Request{Name: "caps-test", Airfile: []byte(af)})
+	if m.Config.User != "user" {
+		t.Errorf("user = %q", m.Config.User)
+	}
+	sb := e.sandbox(t, "caps-test")
+	checks := []struct{ cmd, want string }{
+		{"stat -c '%u:%g %a' /newtop /newtop/odd", "1000:1000 755\n123:456 640\n"},
+		{"dpkg-query -W -f '${Status}' hello-airlock; echo; stat -c '%u:%g' /opt/hello/file; cat /opt/hello/file", "install ok installed\n0:0\nhi\n"},
+		{"cat /tmp/who; id -un", "nobody\nuser\n"},
+	}
+	for _, c := range checks {
+		if out := sh(t, sb, "", c.cmd); out != c.want {
+			t.Errorf("%s:\n got %q\nwant %q", c.cmd, out, c.want)
+		}
+	}
+	// Outside a build, root keeps no capabilities.
+	res, _, errOut := sb.Run(t, context.Background(), execAs("root", "chown 1000 /newtop/odd"))
+	if res.ExitCode == 0 || !strings.Contains(errOut, "not permitted") {
+		t.Errorf("chown by root in a plain sandbox: %+v %q", res, errOut)
+	}
+
+	_, _, err := e.build(t, Request{Name: "nocaps-test", Airfile: []byte("FROM template:base\nUSER user\nRUN touch /tmp/f && chown 0:0 /tmp/f\n")})
+	var re *RunError
+	if !errors.As(err, &re) || re.ExitCode == 0 || !strings.Contains(err.Error(), "not permitted") {
+		t.Errorf("chown as the sandbox user in a RUN step: %v, want a refused chown", err)
+	}
+	e.noBuildSandboxes(t)
+}
+
+// TestBuildMissingWorkdir builds on an image whose WORKDIR is not in its
+// layers: the RUN step runs there (the runtime makes it, root-owned, as
+// Docker does), and so does a sandbox of the image.
+func TestBuildMissingWorkdir(t *testing.T) {
+	requireSandboxes(t)
+	e := withBase(t)
+	base, err := e.store.Get(baseName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := layers.Manifest{Name: "nowd", Layers: base.Layers, Config: layers.Config{Workdir: "/no/such/dir", Env: base.Config.Env}}
+	if _, err := e.store.Put(context.Background(), img, layers.PutOptions{Replace: true}); err != nil {
+		t.Fatal(err)
+	}
+	src, err := template.NewStored(e.store, "nowd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.reg.Replace(src); err != nil {
+		t.Fatal(err)
+	}
+	sb := e.sandbox(t, "nowd")
+	if out := sh(t, sb, "", "pwd; stat -c '%U %a' ."); out != "/no/such/dir\nroot 755\n" {
+		t.Errorf("sandbox of an image with a missing WORKDIR: %q", out)
+	}
+	e.mustBuild(t, Request{Name: "nowd-built", Airfile: []byte("FROM template:nowd\nRUN pwd > /tmp/pwd\n")})
+	sb2 := e.sandbox(t, "nowd-built")
+	if out := sh(t, sb2, "", "cat /tmp/pwd; pwd"); out != "/no/such/dir\n/no/such/dir\n" {
+		t.Errorf("RUN in a missing WORKDIR: %q", out)
 	}
 }
 
@@ -229,7 +308,8 @@ func TestBuildRefusals(t *testing.T) {
 	}{
 		{"host base", "FROM template:host\nRUN true\n", "", errdefs.ErrInvalidArgument, "host template cannot be a base"},
 		{"unknown base", "FROM template:nope\n", "", errdefs.ErrNotFound, "line 1"},
-		{"unknown user", "FROM template:base\nUSER nobody\nRUN true\n", "", errdefs.ErrInvalidArgument, "line 2"},
+		{"unknown user", "FROM template:base\nUSER ghost\nRUN true\n", "", errdefs.ErrInvalidArgument, "line 2"},
+		{"unknown group", "FROM template:base\nUSER nobody:ghosts\nRUN true\n", "", errdefs.ErrInvalidArgument, "line 2"},
 		{"copy without context", "FROM template:base\nCOPY ok.txt /\n", "", errdefs.ErrInvalidArgument, "line 2"},
 		{"symlink to a host file", "FROM template:base\nCOPY evil /x\n", ctxDir, errdefs.ErrInvalidArgument, "evil"},
 		{"symlink to a host dir", "FROM template:base\nCOPY evildir/passwd /x\n", ctxDir, errdefs.ErrInvalidArgument, "evildir"},

@@ -59,7 +59,7 @@ func (j *job) copyStep(ctx context.Context, s airfile.Step) (string, error) {
 	st := newStack(dirs)
 	uid, gid, err := chownIDs(st, s.Chown)
 	if err != nil {
-		return fail(err)
+		return fail(fmt.Errorf("--chown: %w", err))
 	}
 	destAbs := dest
 	if !path.IsAbs(dest) {
@@ -107,7 +107,7 @@ func chownIDs(st *stack, chown string) (int, int, error) {
 			return 0, 0, err
 		}
 		if !found {
-			return 0, 0, fmt.Errorf("--chown: no user %q in the image's /etc/passwd: %w", clip(user, 40), errdefs.ErrInvalidArgument)
+			return 0, 0, fmt.Errorf("no user %q in the image's /etc/passwd: %w", clip(user, 40), errdefs.ErrInvalidArgument)
 		}
 		uid = id
 	}
@@ -119,7 +119,7 @@ func chownIDs(st *stack, chown string) (int, int, error) {
 				return 0, 0, err
 			}
 			if !found {
-				return 0, 0, fmt.Errorf("--chown: no group %q in the image's /etc/group: %w", clip(group, 40), errdefs.ErrInvalidArgument)
+				return 0, 0, fmt.Errorf("no group %q in the image's /etc/group: %w", clip(group, 40), errdefs.ErrInvalidArgument)
 			}
 			gid = id
 		}
@@ -395,7 +395,10 @@ func (j *job) workdirStep(ctx context.Context, s airfile.Step) (string, error) {
 		}
 		return "", nil
 	}
-	uid, gid := j.owner()
+	uid, gid, err := userIDs(st, j.cfg.User)
+	if err != nil {
+		return fail(err)
+	}
 	c := &copier{st: st, uid: uid, gid: gid, now: time.Now()}
 	layer, err := j.extractStream(ctx, j.extractOptions(), func(ctx context.Context, w io.Writer) error {
 		c.tw = tar.NewWriter(w)

@@ -69,6 +69,11 @@ func (j *job) run(ctx context.Context) (layers.Manifest, error) {
 			if err := j.applyConfig(s); err != nil {
 				return layers.Manifest{}, err
 			}
+			if s.Kind == airfile.KindUser {
+				if err := j.checkUser(s.Line); err != nil {
+					return layers.Manifest{}, err
+				}
+			}
 			ev.Type = EventStep
 			if !missed {
 				ev.Type = EventCached
@@ -185,12 +190,10 @@ func (j *job) applyConfig(s airfile.Step) error {
 			return fmt.Errorf("airfile line %d: %w", s.Line, err)
 		}
 	case airfile.KindUser:
-		u, ok := normalizeUser(s.Args[0])
-		if !ok {
-			return fmt.Errorf("airfile line %d: USER %q: build steps can run only as root (root, 0) or as the sandbox user (user, 1000): %w",
-				s.Line, clip(s.Args[0], 60), errdefs.ErrInvalidArgument)
+		j.cfg.User = s.Args[0]
+		if err := j.cfg.Validate(); err != nil {
+			return fmt.Errorf("airfile line %d: %w", s.Line, err)
 		}
-		j.cfg.User = u
 	case airfile.KindWorkdir:
 		w, err := airfile.Expand(s.Args[0], j.lookupEnv(j.cfg.Env))
 		if err != nil {
@@ -265,24 +268,37 @@ func normalizeUser(u string) (string, bool) {
 	return want, true
 }
 
-// runAs returns the agent user for the current USER, or an error naming
-// the step's line.
-func (j *job) runAs(line int) (string, error) {
-	u, ok := normalizeUser(j.cfg.User)
-	if !ok {
-		return "", fmt.Errorf("airfile line %d: the base image's user %q is not supported in build steps; add USER root or USER user before this step: %w",
-			line, clip(j.cfg.User, 60), errdefs.ErrInvalidArgument)
+// checkUser checks that the current USER exists in the image so far,
+// so that a bad USER fails on its own line rather than at the next RUN.
+func (j *job) checkUser(line int) error {
+	dirs, err := j.layerDirs()
+	if err != nil {
+		return fmt.Errorf("airfile line %d: USER: %w", line, err)
 	}
-	return u, nil
+	if _, _, err := userIDs(newStack(dirs), j.cfg.User); err != nil {
+		return fmt.Errorf("airfile line %d: USER: %w", line, err)
+	}
+	return nil
 }
 
-// owner returns the numeric ids of the current USER (root for users
-// other than the two known ones).
-func (j *job) owner() (int, int) {
-	if u, ok := normalizeUser(j.cfg.User); ok && u == runUser {
-		return userUID, userGID
+// userIDs returns the numeric ids of user (a USER value) in the image
+// st: root for "", else as --chown resolves it, else the sandbox's own
+// "root" and "user" accounts, which every sandbox has.
+func userIDs(st *stack, user string) (int, int, error) {
+	if user == "" {
+		return 0, 0, nil
 	}
-	return 0, 0
+	uid, gid, err := chownIDs(st, user)
+	if err == nil {
+		return uid, gid, nil
+	}
+	switch u, _ := normalizeUser(user); u {
+	case runRoot:
+		return 0, 0, nil
+	case runUser:
+		return userUID, userGID, nil
+	}
+	return 0, 0, err
 }
 
 // parseID parses a numeric uid or gid of at most 65535.

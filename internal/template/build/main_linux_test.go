@@ -342,6 +342,11 @@ func eventTypes(events []Event) []string {
 }
 
 // execIn is a shell command run in dir as the default user.
+// execAs returns a shell command run as user.
+func execAs(user, cmd string) agentclient.ExecRequest {
+	return agentclient.ExecRequest{Shell: cmd, User: user, Timeout: 30 * time.Second}
+}
+
 func execIn(dir, cmd string) agentclient.ExecRequest {
 	return agentclient.ExecRequest{Shell: cmd, Cwd: dir, Timeout: 30 * time.Second}
 }

@@ -81,13 +81,19 @@ func newSandboxID() string {
 	return "build-" + hex.EncodeToString(b[:])
 }
 
+// runUser is the account RUN steps run as: the current USER, looked up
+// in the image by the runtime, or root for an image without one (as in
+// Docker; a sandbox's own default is "user").
+func (j *job) runUser() string {
+	if j.cfg.User == "" {
+		return runRoot
+	}
+	return j.cfg.User
+}
+
 // runStep runs a RUN step in a sandbox over the layers so far and
 // returns the layer of its changes.
 func (j *job) runStep(ctx context.Context, n int, s airfile.Step) (string, error) {
-	user, err := j.runAs(s.Line)
-	if err != nil {
-		return "", err
-	}
 	ctx, cancel := context.WithTimeout(ctx, j.b.cfg.StepTimeout)
 	defer cancel()
 	where := fmt.Sprintf("airfile line %d: RUN", s.Line)
@@ -98,8 +104,9 @@ func (j *job) runStep(ctx context.Context, n int, s airfile.Step) (string, error
 	id := newSandboxID()
 	inst, err := j.b.cfg.Runtime.Create(ctx, runtime.Spec{
 		ID:       id,
-		Rootfs:   runtime.Rootfs{Layers: dirs, Workdir: j.cfg.Workdir},
+		Rootfs:   runtime.Rootfs{Layers: dirs, Workdir: j.cfg.Workdir, User: j.runUser()},
 		Limits:   j.b.cfg.Limits,
+		Build:    true,
 		Env:      j.cfg.EnvMap(),
 		Hostname: "build",
 		Labels:   map[string]string{LabelBuild: j.req.Name},
@@ -125,7 +132,6 @@ func (j *job) runStep(ctx context.Context, n int, s airfile.Step) (string, error
 	res, err := client.Exec(ctx, agentclient.ExecRequest{
 		Argv:    s.Argv(),
 		Cwd:     j.workdir(),
-		User:    user,
 		Timeout: j.b.cfg.StepTimeout,
 		Stdout:  out.writer(),
 		Stderr:  out.writer(),

@@ -78,12 +78,44 @@ USER user:1000
 	if want := []string{"/srv", "/srv/app/3", "/srv/app"}; !slices.Equal(workdirs, want) {
 		t.Errorf("workdirs = %v, want %v", workdirs, want)
 	}
-	if j.cfg.User != runUser {
+	if j.cfg.User != "user:1000" {
 		t.Errorf("user = %q", j.cfg.User)
 	}
-	bad, _ := airfile.Parse(strings.NewReader("FROM template:x\nUSER daemon\n"))
-	if err := j.applyConfig(bad.Steps[1]); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "line 2") {
-		t.Errorf("USER daemon: %v", err)
+}
+
+// TestUserIDs checks how a USER becomes ids: from the image's passwd and
+// group files first, then the sandbox's own root and user accounts.
+func TestUserIDs(t *testing.T) {
+	layer := t.TempDir()
+	if err := os.Mkdir(filepath.Join(layer, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"passwd": "root:x:0:0:root:/root:/bin/sh\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\nnode:x:1000:1000::/home/node:/bin/sh\n",
+		"group":  "root:x:0:\nstaff:x:50:\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(layer, "etc", name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := newStack([]string{layer})
+	for _, tc := range []struct {
+		user     string
+		uid, gid int
+	}{
+		{"", 0, 0}, {"root", 0, 0}, {"daemon", 1, 1}, {"daemon:staff", 1, 50}, {"node", 1000, 1000},
+		{"user", userUID, userGID}, {"1234", 1234, 1234}, {"1234:50", 1234, 50},
+	} {
+		uid, gid, err := userIDs(st, tc.user)
+		if err != nil || uid != tc.uid || gid != tc.gid {
+			t.Errorf("userIDs(%q) = %d, %d, %v; want %d, %d", tc.user, uid, gid, err, tc.uid, tc.gid)
+		}
+	}
+	for _, bad := range []string{"nobody", "daemon:wheel"} {
+		if _, _, err := userIDs(st, bad); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("userIDs(%q): %v, want ErrInvalidArgument", bad, err)
+		}
 	}
 }
 
