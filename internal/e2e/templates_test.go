@@ -190,19 +190,18 @@ func TestTemplates(t *testing.T) {
 	}
 	usage := list.Usage
 
-	// A sandbox from the image sees its files and environment. (The
-	// image's working directory is kept in the template, but the runtime
-	// does not apply runtime.Rootfs.Workdir yet.)
+	// A sandbox from the image sees its files and environment, and runs
+	// commands in its working directory.
 	sb, err := d.C.CreateSandbox(ctx, client.CreateSandboxRequest{Template: "e2e-one", Timeout: 3 * time.Minute})
 	if err != nil {
 		t.Fatalf("create from the imported template: %v", err)
 	}
 	track(sb.ID)
-	res, err := d.C.Exec(ctx, sb.ID, client.ExecRequest{Command: `echo "$E2E_IMAGE_VAR"; read l < /etc/marker; echo "$l"`})
+	res, err := d.C.Exec(ctx, sb.ID, client.ExecRequest{Command: `echo "$E2E_IMAGE_VAR"; read l < /etc/marker; echo "$l"; pwd`})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Status != client.StatusSuccess || string(res.Stdout) != "from the image\nmarker one\n" {
+	if res.Status != client.StatusSuccess || string(res.Stdout) != "from the image\nmarker one\n/work\n" {
 		t.Errorf("exec in the imported template: %+v stdout %q stderr %q", res, res.Stdout, res.Stderr)
 	}
 

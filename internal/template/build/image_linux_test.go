@@ -3,6 +3,7 @@ package build
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"log"
@@ -23,17 +24,18 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/template/oci"
 )
 
-// testImage is a one-layer image without a shell: /app, /data owned by
-// the sandbox user, /etc/os-release.
+// testImage is a one-layer image without a shell: /app and /data owned
+// by the sandbox user, /etc/os-release.
 func testImage(t *testing.T) v1.Image {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, h := range []*tar.Header{
-		{Name: "app/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "app/", Typeflag: tar.TypeDir, Mode: 0o755, Uid: userUID, Gid: userGID},
 		{Name: "data/", Typeflag: tar.TypeDir, Mode: 0o755, Uid: userUID, Gid: userGID},
 		{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755},
 		{Name: "etc/os-release", Typeflag: tar.TypeReg, Mode: 0o644, Size: 5},
@@ -125,6 +127,18 @@ func TestBuildFromImage(t *testing.T) {
 	copied, _ := e.store.LayerDir(m.Layers[1])
 	if b, err := os.ReadFile(filepath.Join(copied, "data/c.txt")); err != nil || string(b) != "copied" {
 		t.Errorf("COPY layer's data/c.txt: %q %v", b, err)
+	}
+
+	// A sandbox of the result starts as the image's user in its workdir:
+	// a relative path lands in /app, owned by 1000.
+	sb := e.sandbox(t, "image-test")
+	res, _, errOut := sb.Run(t, context.Background(), agentclient.ExecRequest{
+		Argv: []string{"/" + runtimeDir + "/bin/airlock", writeCommand, "rel", "here"}, Timeout: 30 * time.Second})
+	if res.ExitCode != 0 {
+		t.Fatalf("write in the default cwd: %+v %q", res, errOut)
+	}
+	if st, err := sb.Client.Stat(context.Background(), "/app/rel"); err != nil || st.UID != userUID || st.GID != userGID {
+		t.Errorf("file written in the default cwd: %+v %v; want /app/rel owned by 1000:1000", st, err)
 	}
 
 	// A second build downloads nothing and runs nothing.
