@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// Limits are a sandbox's resource caps. Zero fields take the server's
-// defaults.
+// Limits are a sandbox's resource caps. Zero fields take the template's
+// limits, then the server's defaults.
 type Limits struct {
 	CPUs     float64 `json:"cpus,omitempty"`
 	MemoryMB int64   `json:"memory_mb,omitempty"`

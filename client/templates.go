@@ -66,6 +66,9 @@ type TemplateConfig struct {
 	User       string   `json:"user"`
 	Cmd        []string `json:"cmd"`
 	Entrypoint []string `json:"entrypoint"`
+	// Limits are the template's default limits (nil when it sets none):
+	// a sandbox's unset limits take them before the server's defaults.
+	Limits *Limits `json:"limits,omitempty"`
 }
 
 // TemplateDetail is a template with its layers and configuration.
@@ -133,6 +136,9 @@ type BuildTemplateRequest struct {
 	// Insecure allows a plain-HTTP registry.
 	Insecure     bool
 	RegistryAuth *RegistryAuth
+	// Limits are the template's default limits; unset fields keep a
+	// FROM template's.
+	Limits *Limits
 }
 
 // BuildContextRequest describes a build from an Airfile and a local
@@ -150,6 +156,8 @@ type BuildContextRequest struct {
 	NoCache      bool
 	Insecure     bool
 	RegistryAuth *RegistryAuth
+	// Limits are the template's default limits, as for BuildTemplate.
+	Limits *Limits
 }
 
 // The types of build events.
@@ -244,7 +252,8 @@ func (c *Client) BuildTemplate(ctx context.Context, req BuildTemplateRequest, on
 		NoCache      bool          `json:"no_cache,omitempty"`
 		Insecure     bool          `json:"insecure,omitempty"`
 		RegistryAuth *RegistryAuth `json:"registry_auth,omitempty"`
-	}{req.Name, req.From, req.Debian, req.Airfile, req.Replace, req.AllowSetuid, req.NoCache, req.Insecure, req.RegistryAuth}
+		Limits       *Limits       `json:"limits,omitempty"`
+	}{req.Name, req.From, req.Debian, req.Airfile, req.Replace, req.AllowSetuid, req.NoCache, req.Insecure, req.RegistryAuth, req.Limits}
 	var tpl *TemplateDetail
 	if err := streamJSON(ctx, c, "/v1/templates", in, "build stream", maxBuildLine, onBuildLine(&tpl, onEvent)); err != nil {
 		return nil, err
@@ -288,6 +297,19 @@ func (c *Client) BuildTemplateContext(ctx context.Context, req BuildContextReque
 	}{{"replace", req.Replace}, {"allow_setuid", req.AllowSetuid}, {"no_cache", req.NoCache}, {"insecure", req.Insecure}} {
 		if f.on {
 			q.Set(f.key, strconv.FormatBool(true))
+		}
+	}
+	if l := req.Limits; l != nil {
+		if l.CPUs != 0 {
+			q.Set("cpus", strconv.FormatFloat(l.CPUs, 'g', -1, 64))
+		}
+		for _, f := range []struct {
+			key string
+			v   int64
+		}{{"memory_mb", l.MemoryMB}, {"disk_mb", l.DiskMB}, {"pids", l.Pids}} {
+			if f.v != 0 {
+				q.Set(f.key, strconv.FormatInt(f.v, 10))
+			}
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)

@@ -83,16 +83,40 @@ func (c *cli) sandboxCmd(ctx context.Context, args []string) (int, error) {
 	return 2, usagef("unknown sandbox subcommand %q; want create, ls, get, rm or extend", args[0])
 }
 
-// createFlags are the flags that shape a new sandbox (create and run).
-type createFlags struct {
-	template string
-	timeout  durationFlag
+// limitFlags are --memory, --cpus, --pids and --disk.
+type limitFlags struct {
 	memoryMB int64
 	cpus     float64
 	pids     int64
 	diskMB   int64
-	env      kvFlag
-	meta     kvFlag
+}
+
+// register adds the flags to fs.
+func (f *limitFlags) register(fs *flag.FlagSet) {
+	fs.Int64Var(&f.memoryMB, "memory", 0, "memory limit in `MB`")
+	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit (`N` cores, may be fractional)")
+	fs.Int64Var(&f.pids, "pids", 0, "process limit")
+	fs.Int64Var(&f.diskMB, "disk", 0, "disk limit in `MB`")
+}
+
+// limits returns the limits given, nil when none is.
+func (f *limitFlags) limits() (*client.Limits, error) {
+	if f.memoryMB < 0 || f.cpus < 0 || f.pids < 0 || f.diskMB < 0 {
+		return nil, usagef("limits must not be negative")
+	}
+	if f.memoryMB == 0 && f.cpus == 0 && f.pids == 0 && f.diskMB == 0 {
+		return nil, nil
+	}
+	return &client.Limits{CPUs: f.cpus, MemoryMB: f.memoryMB, Pids: f.pids, DiskMB: f.diskMB}, nil
+}
+
+// createFlags are the flags that shape a new sandbox (create and run).
+type createFlags struct {
+	template string
+	timeout  durationFlag
+	limitFlags
+	env  kvFlag
+	meta kvFlag
 }
 
 // register adds the flags to fs; withEnv adds -e (run has its own).
@@ -100,10 +124,7 @@ func (f *createFlags) register(fs *flag.FlagSet, withEnv bool) {
 	f.env, f.meta = kvFlag{}, kvFlag{}
 	fs.StringVar(&f.template, "t", "", "`template` (the server's default if empty)")
 	fs.StringVar(&f.template, "template", "", "same as -t")
-	fs.Int64Var(&f.memoryMB, "memory", 0, "memory limit in `MB`")
-	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit (`N` cores, may be fractional)")
-	fs.Int64Var(&f.pids, "pids", 0, "process limit")
-	fs.Int64Var(&f.diskMB, "disk", 0, "disk limit in `MB`")
+	f.limitFlags.register(fs)
 	fs.Var(f.meta, "m", "metadata `K=V` (repeatable)")
 	fs.Var(f.meta, "metadata", "same as -m")
 	if withEnv {
@@ -115,19 +136,17 @@ func (f *createFlags) register(fs *flag.FlagSet, withEnv bool) {
 
 // request is the create request the flags describe.
 func (f *createFlags) request() (client.CreateSandboxRequest, error) {
-	if f.memoryMB < 0 || f.cpus < 0 || f.pids < 0 || f.diskMB < 0 {
-		return client.CreateSandboxRequest{}, usagef("limits must not be negative")
+	limits, err := f.limits()
+	if err != nil {
+		return client.CreateSandboxRequest{}, err
 	}
-	req := client.CreateSandboxRequest{
+	return client.CreateSandboxRequest{
 		Template: f.template,
 		Timeout:  time.Duration(f.timeout),
+		Limits:   limits,
 		Env:      f.env.orNil(),
 		Metadata: f.meta.orNil(),
-	}
-	if f.memoryMB > 0 || f.cpus > 0 || f.pids > 0 || f.diskMB > 0 {
-		req.Limits = &client.Limits{CPUs: f.cpus, MemoryMB: f.memoryMB, Pids: f.pids, DiskMB: f.diskMB}
-	}
-	return req, nil
+	}, nil
 }
 
 func (c *cli) sandboxCreate(ctx context.Context, args []string) (int, error) {

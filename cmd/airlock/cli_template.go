@@ -19,6 +19,7 @@ import (
 const templateUsage = `usage:
   airlock template build NAME (--from IMAGE | --debian SUITE [--packages P,...] | -f AIRFILE [CONTEXT_DIR])
                          [--replace] [--allow-setuid] [--no-cache]
+                         [--memory MB] [--cpus N] [--pids N] [--disk MB]
                          [--username U [--password P]] [--insecure] [--json]
       Build or import a template (needs the admin scope; templates are
       shared by every tenant). --from pulls an image from its registry;
@@ -27,8 +28,10 @@ const templateUsage = `usage:
       COPY or ADD, or given a CONTEXT_DIR, sends that directory (default:
       the Airfile's own) as the build context. --replace replaces a
       template of that name. Set-user-ID and set-group-ID bits are stripped
-      unless --allow-setuid (sandboxes mount their root nosuid). The
-      registry password can come from AIRLOCK_REGISTRY_PASSWORD.
+      unless --allow-setuid (sandboxes mount their root nosuid). --memory,
+      --cpus, --pids and --disk set the template's default limits, which
+      its sandboxes get unless they ask for others. The registry password
+      can come from AIRLOCK_REGISTRY_PASSWORD.
   airlock template ls [--json]
       List the templates and the template store's disk use.
   airlock template inspect NAME [--json]
@@ -74,6 +77,7 @@ type buildFlags struct {
 	replace, allowSetuid, noCache bool
 	username, password            string
 	insecure, asJSON              bool
+	limitFlags
 }
 
 // plan checks the flags and positional arguments and turns them into the
@@ -113,9 +117,13 @@ func (f *buildFlags) plan(pos []string, getenv func(string) string, stdin io.Rea
 	case f.username != "":
 		auth = &client.RegistryAuth{Username: f.username, Password: password}
 	}
+	limits, err := f.limits()
+	if err != nil {
+		return p, err
+	}
 	if f.file == "" {
 		req := &client.BuildTemplateRequest{Name: name, From: f.from, Replace: f.replace, AllowSetuid: f.allowSetuid,
-			NoCache: f.noCache, Insecure: f.insecure, RegistryAuth: auth}
+			NoCache: f.noCache, Insecure: f.insecure, RegistryAuth: auth, Limits: limits}
 		if f.debian != "" {
 			req.Debian = &client.DebianBase{Suite: f.debian, Packages: f.packages}
 		}
@@ -136,7 +144,7 @@ func (f *buildFlags) plan(pos []string, getenv func(string) string, stdin io.Rea
 	}
 	if !needsContext && len(rest) == 0 {
 		p.JSON = &client.BuildTemplateRequest{Name: name, Airfile: string(recipe), Replace: f.replace, AllowSetuid: f.allowSetuid,
-			NoCache: f.noCache, Insecure: f.insecure, RegistryAuth: auth}
+			NoCache: f.noCache, Insecure: f.insecure, RegistryAuth: auth, Limits: limits}
 		return p, nil
 	}
 	dir := filepath.Dir(f.file)
@@ -147,7 +155,7 @@ func (f *buildFlags) plan(pos []string, getenv func(string) string, stdin io.Rea
 		dir = rest[0]
 	}
 	p.Context = &client.BuildContextRequest{Name: name, Airfile: recipe, ContextDir: dir, Replace: f.replace,
-		AllowSetuid: f.allowSetuid, NoCache: f.noCache, Insecure: f.insecure, RegistryAuth: auth}
+		AllowSetuid: f.allowSetuid, NoCache: f.noCache, Insecure: f.insecure, RegistryAuth: auth, Limits: limits}
 	return p, nil
 }
 
@@ -177,6 +185,7 @@ func (c *cli) templateBuild(ctx context.Context, args []string) (int, error) {
 	fs.StringVar(&f.password, "password", "", "registry `password` (default: $"+envRegistryPassword+")")
 	fs.BoolVar(&f.insecure, "insecure", false, "allow a plain-HTTP registry")
 	fs.BoolVar(&f.asJSON, "json", false, "print the template as JSON")
+	f.limitFlags.register(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return c.parseFailed(err)
@@ -277,6 +286,27 @@ func (c *cli) templateInspect(ctx context.Context, args []string) (int, error) {
 	return fail(c.describeTemplate(t))
 }
 
+// describeLimits says which limits l sets, "-" for none.
+func describeLimits(l *client.Limits) string {
+	if l == nil {
+		return "-"
+	}
+	var parts []string
+	if l.CPUs != 0 {
+		parts = append(parts, fmt.Sprintf("%g CPUs", l.CPUs))
+	}
+	if l.MemoryMB != 0 {
+		parts = append(parts, fmt.Sprintf("%d MB memory", l.MemoryMB))
+	}
+	if l.DiskMB != 0 {
+		parts = append(parts, fmt.Sprintf("%d MB disk", l.DiskMB))
+	}
+	if l.Pids != 0 {
+		parts = append(parts, fmt.Sprintf("%d processes", l.Pids))
+	}
+	return dash(strings.Join(parts, ", "))
+}
+
 // describeTemplate prints t for people.
 func (c *cli) describeTemplate(t *client.TemplateDetail) error {
 	var b strings.Builder
@@ -292,6 +322,7 @@ func (c *cli) describeTemplate(t *client.TemplateDetail) error {
 	row("Size", fmt.Sprintf("%s in %d layers (%s shared with other templates)", formatBytes(t.Size), t.Layers, formatBytes(t.SharedBytes)))
 	row("Workdir", dash(t.Config.Workdir))
 	row("User", dash(t.Config.User))
+	row("Limits", describeLimits(t.Config.Limits))
 	row("Entrypoint", dash(strings.Join(t.Config.Entrypoint, " ")))
 	row("Cmd", dash(strings.Join(t.Config.Cmd, " ")))
 	if len(t.Config.Env) == 0 {

@@ -68,7 +68,7 @@ func (f *fakeTemplateServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Unlock()
 	tpl := `{"name":"py","source":"airfile","builtin":false,"layers":2,"size":2048,"shared_bytes":1024,"created":"2026-01-02T03:04:05Z",` +
 		`"layer_list":[{"digest":"sha256:` + strings.Repeat("a", 64) + `","size":1024,"files":3,"shared":true},{"digest":"sha256:` + strings.Repeat("b", 64) + `","size":1024,"files":1,"shared":false}],` +
-		`"config":{"env":["PATH=/usr/bin","LANG=C.UTF-8"],"workdir":"/app","user":"1000","cmd":["python3"],"entrypoint":[]}}`
+		`"config":{"env":["PATH=/usr/bin","LANG=C.UTF-8"],"workdir":"/app","user":"1000","cmd":["python3"],"entrypoint":[],"limits":{"cpus":0.5,"memory_mb":300}}}`
 	switch {
 	case r.Method == "POST" && r.URL.Path == "/v1/templates":
 		w.Header().Set("Content-Type", "application/x-ndjson")
@@ -159,9 +159,9 @@ func TestTemplateBuildFlags(t *testing.T) {
 					t.Errorf("body %s accept %q, want %s", got, r.Accept, want)
 				}
 			}},
-		{"debian", []string{"template", "build", "py", "--debian", "bookworm", "--packages", "python3,curl", "--packages", "git", "--allow-setuid", "--no-cache", "--replace"},
+		{"debian", []string{"template", "build", "py", "--debian", "bookworm", "--packages", "python3,curl", "--packages", "git", "--allow-setuid", "--no-cache", "--replace", "--memory", "300", "--cpus", "0.5"},
 			nil, "", func(t *testing.T, r seenRequest) {
-				want := `{"allow_setuid":true,"debian":{"packages":["python3","curl","git"],"suite":"bookworm"},"name":"py","no_cache":true,"replace":true}`
+				want := `{"allow_setuid":true,"debian":{"packages":["python3","curl","git"],"suite":"bookworm"},"limits":{"cpus":0.5,"memory_mb":300},"name":"py","no_cache":true,"replace":true}`
 				if got, _ := json.Marshal(r.JSON); string(got) != want {
 					t.Errorf("body %s, want %s", got, want)
 				}
@@ -185,10 +185,10 @@ func TestTemplateBuildFlags(t *testing.T) {
 					t.Errorf("request %+v, want tar %v", r, want)
 				}
 			}},
-		{"explicit context dir", []string{"template", "build", "py", "-f", filepath.Join(dir, "plain/Airfile"), filepath.Join(dir, "other"), "--replace", "--no-cache"},
+		{"explicit context dir", []string{"template", "build", "py", "-f", filepath.Join(dir, "plain/Airfile"), filepath.Join(dir, "other"), "--replace", "--no-cache", "--disk", "100", "--pids", "64"},
 			nil, "", func(t *testing.T, r seenRequest) {
 				want := map[string]string{"Airfile": "644:FROM template:host\nRUN echo hi\n", "app/": "dir", "app/y.py": "644:print(2)\n"}
-				if r.Query != "name=py&no_cache=true&replace=true" || fmt.Sprint(r.Tar) != fmt.Sprint(want) || r.RegistryAuth != "" {
+				if r.Query != "disk_mb=100&name=py&no_cache=true&pids=64&replace=true" || fmt.Sprint(r.Tar) != fmt.Sprint(want) || r.RegistryAuth != "" {
 					t.Errorf("request %+v, want tar %v", r, want)
 				}
 			}},
@@ -227,6 +227,7 @@ func TestTemplateBuildFlags(t *testing.T) {
 		{[]string{"template", "build", "py", "-f", filepath.Join(dir, "bad/Airfile")}, nil, 1, "line 3"},
 		{[]string{"template", "build", "py", "-f", filepath.Join(dir, "missing")}, nil, 1, "cannot read the Airfile"},
 		{[]string{"template", "frobnicate"}, nil, 2, "unknown template subcommand"},
+		{[]string{"template", "build", "py", "--from", "x/y:1", "--memory", "-1"}, nil, 2, "limits must not be negative"},
 	}
 	for _, tt := range bad {
 		code, _, _, err := runCLI(t, srv, tt.env, "", tt.args...)
@@ -338,7 +339,7 @@ func TestTemplateListInspectRemove(t *testing.T) {
 	if code != 0 || err != nil {
 		t.Fatalf("inspect: %d %v", code, err)
 	}
-	for _, want := range []string{"Name:       py", "Workdir:    /app", "  LANG=C.UTF-8", "sha256:aaaaaaaaaaaa", "shared", "Cmd:        python3"} {
+	for _, want := range []string{"Name:       py", "Workdir:    /app", "Limits:     0.5 CPUs, 300 MB memory", "  LANG=C.UTF-8", "sha256:aaaaaaaaaaaa", "shared", "Cmd:        python3"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("inspect output lacks %q:\n%s", want, stdout)
 		}

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/runtime"
 )
 
 // tent is one entry of a test tar.
@@ -124,7 +125,7 @@ func TestBuildContextUpload(t *testing.T) {
 	}
 	tpl, err := e.client(tkAdminA).BuildTemplateContext(ctx, client.BuildContextRequest{
 		Name: "ctx", Airfile: []byte(okAirfile), ContextDir: dir, NoCache: true, Insecure: true,
-		RegistryAuth: &client.RegistryAuth{Token: "tok"},
+		RegistryAuth: &client.RegistryAuth{Token: "tok"}, Limits: &client.Limits{CPUs: 1.5, MemoryMB: 64, DiskMB: 100, Pids: 50},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -136,6 +137,12 @@ func TestBuildContextUpload(t *testing.T) {
 	if len(reqs) != 1 || string(reqs[0].Airfile) != okAirfile || !reqs[0].NoCache || !reqs[0].Insecure || reqs[0].AllowSetuid ||
 		reqs[0].Registry.Token != "tok" || reqs[0].ContextDir == "" {
 		t.Fatalf("requests %+v", reqs)
+	}
+	if want := (runtime.Limits{CPUs: 1.5, MemoryBytes: 64 << 20, DiskBytes: 100 << 20, Pids: 50}); reqs[0].Limits != want {
+		t.Errorf("limits %+v, want %+v", reqs[0].Limits, want)
+	}
+	if l := tpl.Config.Limits; l == nil || *l != (client.Limits{CPUs: 1.5, MemoryMB: 64, DiskMB: 100, Pids: 50}) {
+		t.Errorf("template limits %+v", l)
 	}
 	got := e.builder.contexts[0]
 	want := map[string]string{
@@ -344,5 +351,24 @@ func TestRegistryAuthHeaderRoundTrip(t *testing.T) {
 	}
 	if got, err := parseRegistryAuthHeader([]string{"e30"}); err != nil || got != (RegistryAuth{}) { // {}
 		t.Errorf("empty credentials: %+v, %v", got, err)
+	}
+}
+
+func TestBuildFromQueryLimits(t *testing.T) {
+	r, err := buildFromQuery("name=x&cpus=0.25&memory_mb=128&disk_mb=10&pids=20")
+	if err != nil || r.Limits != (runtime.Limits{CPUs: 0.25, MemoryBytes: 128 << 20, DiskBytes: 10 << 20, Pids: 20}) {
+		t.Errorf("limits %+v, %v", r.Limits, err)
+	}
+	for q, msg := range map[string]string{
+		"name=x&memory_mb=abc": "memory_mb must be an integer",
+		"name=x&cpus=x":        "cpus must be a number",
+		"name=x&cpus=-1":       "cpus must be between",
+		"name=x&pids=99999999": "pids must be between",
+		"name=x&disk_mb=-5":    "disk_mb must be between",
+		"name=x&cpus=NaN":      "cpus must be between",
+	} {
+		if _, err := buildFromQuery(q); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%s: %v, want %q", q, err, msg)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -25,6 +26,8 @@ const (
 	// maxCPUs caps cpus against absurd values; the manager applies the
 	// host's count.
 	maxCPUs = 1 << 16
+	// maxPids caps pids as the runtime does.
+	maxPids = 1 << 22
 	// maxListStates caps the state filters of a list.
 	maxListStates = 16
 )
@@ -35,6 +38,30 @@ type limitsJSON struct {
 	MemoryMB int64   `json:"memory_mb,omitempty"`
 	Pids     int64   `json:"pids,omitempty"`
 	DiskMB   int64   `json:"disk_mb,omitempty"`
+}
+
+// limits validates rl (nil means none set) and converts it; prefix names
+// its fields in errors ("limits." in a JSON body, "" in a query).
+func (rl *limitsJSON) limits(prefix string) (runtime.Limits, error) {
+	if rl == nil {
+		return runtime.Limits{}, nil
+	}
+	switch {
+	case rl.CPUs < 0 || rl.CPUs > maxCPUs || math.IsNaN(rl.CPUs):
+		return runtime.Limits{}, invalidf("%scpus must be between 0 and %d", prefix, maxCPUs)
+	case rl.MemoryMB < 0 || rl.MemoryMB > maxMB:
+		return runtime.Limits{}, invalidf("%smemory_mb must be between 0 and %d", prefix, maxMB)
+	case rl.DiskMB < 0 || rl.DiskMB > maxMB:
+		return runtime.Limits{}, invalidf("%sdisk_mb must be between 0 and %d", prefix, maxMB)
+	case rl.Pids < 0 || rl.Pids > maxPids:
+		return runtime.Limits{}, invalidf("%spids must be between 0 and %d", prefix, maxPids)
+	}
+	return runtime.Limits{CPUs: rl.CPUs, MemoryBytes: rl.MemoryMB << 20, Pids: rl.Pids, DiskBytes: rl.DiskMB << 20}, nil
+}
+
+// limitsToJSON is the wire form of l.
+func limitsToJSON(l runtime.Limits) limitsJSON {
+	return limitsJSON{CPUs: l.CPUs, MemoryMB: l.MemoryBytes >> 20, Pids: l.Pids, DiskMB: l.DiskBytes >> 20}
 }
 
 // networkJSON is the network part of a create request.
@@ -87,15 +114,10 @@ func toSandboxJSON(sb sandbox.Sandbox) sandboxJSON {
 		md = map[string]string{}
 	}
 	out := sandboxJSON{
-		ID:       sb.ID,
-		State:    string(sb.State),
-		Template: sb.Template,
-		Limits: limitsJSON{
-			CPUs:     sb.Limits.CPUs,
-			MemoryMB: sb.Limits.MemoryBytes >> 20,
-			Pids:     sb.Limits.Pids,
-			DiskMB:   sb.Limits.DiskBytes >> 20,
-		},
+		ID:             sb.ID,
+		State:          string(sb.State),
+		Template:       sb.Template,
+		Limits:         limitsToJSON(sb.Limits),
 		Metadata:       md,
 		CreatedAt:      sb.CreatedAt.UTC(),
 		ExpiresAt:      sb.ExpiresAt.UTC(),
@@ -121,20 +143,9 @@ func (req *createRequest) spec(owner string) (sandbox.Spec, error) {
 	if req.IdleTimeoutS < 0 || req.IdleTimeoutS > maxTimeoutS {
 		return sandbox.Spec{}, invalidf("idle_timeout_s must be between 0 and %d", maxTimeoutS)
 	}
-	var l runtime.Limits
-	if req.Limits != nil {
-		rl := req.Limits
-		switch {
-		case rl.CPUs < 0 || rl.CPUs > maxCPUs:
-			return sandbox.Spec{}, invalidf("limits.cpus must be between 0 and %d", maxCPUs)
-		case rl.MemoryMB < 0 || rl.MemoryMB > maxMB:
-			return sandbox.Spec{}, invalidf("limits.memory_mb must be between 0 and %d", maxMB)
-		case rl.DiskMB < 0 || rl.DiskMB > maxMB:
-			return sandbox.Spec{}, invalidf("limits.disk_mb must be between 0 and %d", maxMB)
-		case rl.Pids < 0 || rl.Pids > 1<<22:
-			return sandbox.Spec{}, invalidf("limits.pids must be between 0 and %d", 1<<22)
-		}
-		l = runtime.Limits{CPUs: rl.CPUs, MemoryBytes: rl.MemoryMB << 20, Pids: rl.Pids, DiskBytes: rl.DiskMB << 20}
+	l, err := req.Limits.limits("limits.")
+	if err != nil {
+		return sandbox.Spec{}, err
 	}
 	if n := req.Network; n != nil {
 		switch {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/template"
 	"github.com/airlock-sandbox/airlock/internal/template/layers"
 )
@@ -64,6 +65,9 @@ type BuildRequest struct {
 	Registry RegistryAuth
 	// Insecure allows a plain-HTTP registry.
 	Insecure bool
+	// Limits are the template's default resource limits (zero fields
+	// unset; a FROM template keeps its base's).
+	Limits runtime.Limits
 }
 
 // RegistryAuth are credentials for an image registry: a username and
@@ -215,6 +219,8 @@ type templateConfigJSON struct {
 	User       string   `json:"user"`
 	Cmd        []string `json:"cmd"`
 	Entrypoint []string `json:"entrypoint"`
+	// Limits are the template's default limits, absent when it sets none.
+	Limits *limitsJSON `json:"limits,omitempty"`
 }
 
 // usageJSON is the store's disk use.
@@ -320,6 +326,10 @@ func (ts *templateService) detail(m layers.Manifest) templateDetailJSON {
 	out.Config = templateConfigJSON{
 		Env: orEmpty(m.Config.Env), Workdir: m.Config.Workdir, User: m.Config.User,
 		Cmd: orEmpty(m.Config.Cmd), Entrypoint: orEmpty(m.Config.Entrypoint),
+	}
+	if l := m.Config.Limits; l != (runtime.Limits{}) {
+		lj := limitsToJSON(l)
+		out.Config.Limits = &lj
 	}
 	return out
 }

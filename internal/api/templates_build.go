@@ -56,6 +56,7 @@ type buildRequestJSON struct {
 	Replace      bool              `json:"replace"`
 	Insecure     bool              `json:"insecure"`
 	RegistryAuth *registryAuthJSON `json:"registry_auth"`
+	Limits       *limitsJSON       `json:"limits"`
 }
 
 // debianJSON is a Debian base: a suite and packages.
@@ -149,6 +150,10 @@ func buildFromJSON(in buildRequestJSON) (BuildRequest, *airfile.File, error) {
 	if err := checkRegistryAuth(out.Registry); err != nil {
 		return out, nil, err
 	}
+	var err error
+	if out.Limits, err = in.Limits.limits("limits."); err != nil {
+		return out, nil, err
+	}
 	var base string
 	switch {
 	case in.From != "" && in.Debian != nil:
@@ -187,11 +192,31 @@ func buildFromJSON(in buildRequestJSON) (BuildRequest, *airfile.File, error) {
 }
 
 // buildFromQuery parses the query of a build context upload: name
-// (required), replace, no_cache, allow_setuid and insecure (booleans).
+// (required), replace, no_cache, allow_setuid and insecure (booleans),
+// and the template's limits cpus, memory_mb, disk_mb and pids.
 func buildFromQuery(raw string) (BuildRequest, error) {
 	var out BuildRequest
-	q, err := parseQuery(raw, "name", "replace", "no_cache", "allow_setuid", "insecure")
+	q, err := parseQuery(raw, "name", "replace", "no_cache", "allow_setuid", "insecure", "cpus", "memory_mb", "disk_mb", "pids")
 	if err != nil {
+		return out, err
+	}
+	var lj limitsJSON
+	if s := q.Get("cpus"); s != "" {
+		if lj.CPUs, err = strconv.ParseFloat(s, 64); err != nil {
+			return out, invalidf("cpus must be a number")
+		}
+	}
+	for _, f := range []struct {
+		key string
+		dst *int64
+	}{{"memory_mb", &lj.MemoryMB}, {"disk_mb", &lj.DiskMB}, {"pids", &lj.Pids}} {
+		if s := q.Get(f.key); s != "" {
+			if *f.dst, err = strconv.ParseInt(s, 10, 64); err != nil {
+				return out, invalidf("%s must be an integer", f.key)
+			}
+		}
+	}
+	if out.Limits, err = lj.limits(""); err != nil {
 		return out, err
 	}
 	out.Name = q.Get("name")

@@ -214,7 +214,7 @@ func (b *fakeBuilder) Build(ctx context.Context, req BuildRequest, events func(B
 		return layers.Manifest{}, berr
 	}
 	m := b.store.put(layers.Manifest{Name: req.Name, Layers: []string{fakeDigest("base"), fakeDigest(req.Name)},
-		Source: "build", Config: layers.Config{Env: []string{"A=1"}, Workdir: "/app"}})
+		Source: "build", Config: layers.Config{Env: []string{"A=1"}, Workdir: "/app", Limits: req.Limits}})
 	return m, nil
 }
 
@@ -440,7 +440,7 @@ func TestTemplateBuildStream(t *testing.T) {
 func TestTemplateBuildJSONResponse(t *testing.T) {
 	e := newTplEnv(t)
 	resp, b := e.raw("POST", "/v1/templates", map[string]string{"Authorization": "Bearer " + tkAdminA, "Content-Type": "application/json"},
-		strings.NewReader(`{"name":"deb","debian":{"suite":"bookworm","packages":["python3","curl=7.88.1-10"]},"airfile":"ENV A=1","allow_setuid":true,"no_cache":true}`))
+		strings.NewReader(`{"name":"deb","debian":{"suite":"bookworm","packages":["python3","curl=7.88.1-10"]},"airfile":"ENV A=1","allow_setuid":true,"no_cache":true,"limits":{"cpus":0.5,"memory_mb":300}}`))
 	if resp.StatusCode != http.StatusCreated || resp.Header.Get("Location") != "/v1/templates/deb" {
 		t.Fatalf("status %d location %q: %s", resp.StatusCode, resp.Header.Get("Location"), b)
 	}
@@ -451,6 +451,12 @@ func TestTemplateBuildJSONResponse(t *testing.T) {
 	r := e.builder.requests()[0]
 	if string(r.Airfile) != "DEBIAN bookworm python3 curl=7.88.1-10\nENV A=1" || !r.AllowSetuid || !r.NoCache {
 		t.Errorf("request %+v airfile %q", r, r.Airfile)
+	}
+	if r.Limits != (runtime.Limits{CPUs: 0.5, MemoryBytes: 300 << 20}) {
+		t.Errorf("request limits %+v", r.Limits)
+	}
+	if l := d.Config.Limits; l == nil || *l != (limitsJSON{CPUs: 0.5, MemoryMB: 300}) {
+		t.Errorf("template config limits %+v", l)
 	}
 	// Taken now: a second build of the name, and one of host, are
 	// conflicts.
@@ -501,6 +507,8 @@ func TestTemplateBuildValidation(t *testing.T) {
 		{"token and password", "", `{"name":"a","from":"x/y:1","registry_auth":{"username":"u","password":"p","token":"t"}}`, 400, "not both"},
 		{"user without password", "", `{"name":"a","from":"x/y:1","registry_auth":{"username":"u"}}`, 400, "both a username and a password"},
 		{"unknown field", "", `{"name":"a","from":"x/y:1","platform":"linux/arm64"}`, 400, "unknown field"},
+		{"negative memory", "", `{"name":"a","from":"x/y:1","limits":{"memory_mb":-1}}`, 400, "limits.memory_mb must be between"},
+		{"huge cpus", "", `{"name":"a","from":"x/y:1","limits":{"cpus":1e9}}`, 400, "limits.cpus must be between"},
 		{"empty body", "", ``, 400, "empty"},
 		{"text body", "text/plain", `hello`, 415, "application/x-tar"},
 	}

@@ -120,6 +120,7 @@ func (b builder) Build(ctx context.Context, req api.BuildRequest, events func(ap
 		Airfile:     req.Airfile,
 		ContextDir:  req.ContextDir,
 		NoCache:     req.NoCache,
+		Limits:      req.Limits,
 		AllowSetuid: req.AllowSetuid,
 		StripSetuid: !req.AllowSetuid,
 		Pull: oci.Options{

@@ -148,7 +148,7 @@ func TestTemplates(t *testing.T) {
 
 	// Import the first image with the CLI, as a person would.
 	cliEnv := append(daemonEnv(), "AIRLOCK_URL="+d.URL, "AIRLOCK_API_KEY="+d.Key)
-	cmd := exec.CommandContext(ctx, binPath, "template", "build", "e2e-one", "--from", host+"/e2e/shell:1", "--insecure", "--json")
+	cmd := exec.CommandContext(ctx, binPath, "template", "build", "e2e-one", "--from", host+"/e2e/shell:1", "--insecure", "--json", "--memory", "300")
 	cmd.Env = cliEnv
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -160,7 +160,7 @@ func TestTemplates(t *testing.T) {
 	if err := json.Unmarshal(out, &one); err != nil {
 		t.Fatalf("template build --json: %v: %s", err, out)
 	}
-	if one.Name != "e2e-one" || one.Layers != 2 || one.Config.Workdir != "/work" || !strings.Contains(strings.Join(one.Config.Env, " "), "E2E_IMAGE_VAR=from the image") {
+	if one.Name != "e2e-one" || one.Layers != 2 || one.Config.Workdir != "/work" || one.Config.Limits == nil || one.Config.Limits.MemoryMB != 300 || !strings.Contains(strings.Join(one.Config.Env, " "), "E2E_IMAGE_VAR=from the image") {
 		t.Errorf("built %+v", one)
 	}
 	if !strings.Contains(stderr.String(), "step 1/1:") {
@@ -197,6 +197,9 @@ func TestTemplates(t *testing.T) {
 		t.Fatalf("create from the imported template: %v", err)
 	}
 	track(sb.ID)
+	if sb.Limits.MemoryMB != 300 {
+		t.Errorf("sandbox limits %+v, want the template's 300 MB memory", sb.Limits)
+	}
 	res, err := d.C.Exec(ctx, sb.ID, client.ExecRequest{Command: `echo "$E2E_IMAGE_VAR"; read l < /etc/marker; echo "$l"; pwd`})
 	if err != nil {
 		t.Fatal(err)

@@ -178,6 +178,27 @@ type Limits struct {
 	NoFile      uint64  `json:"nofile,omitempty"`       // RLIMIT_NOFILE per process
 }
 
+// Over returns base with every field that l sets (non-zero) replaced by
+// l's: a request's limits over a template's over the daemon's defaults.
+func (l Limits) Over(base Limits) Limits {
+	if l.CPUs != 0 {
+		base.CPUs = l.CPUs
+	}
+	if l.MemoryBytes != 0 {
+		base.MemoryBytes = l.MemoryBytes
+	}
+	if l.Pids != 0 {
+		base.Pids = l.Pids
+	}
+	if l.DiskBytes != 0 {
+		base.DiskBytes = l.DiskBytes
+	}
+	if l.NoFile != 0 {
+		base.NoFile = l.NoFile
+	}
+	return base
+}
+
 // Stats is a point-in-time view of a sandbox's resource use.
 type Stats struct {
 	CPUTime         time.Duration `json:"cpu_time"`

@@ -290,8 +290,8 @@ func (m *Manager) Close(ctx context.Context) error {
 }
 
 // Create validates spec and returns a running sandbox: claimed from the
-// template's warm pool when the resolved limits equal the pool's
-// (DefaultLimits), created cold otherwise. It fails with
+// template's warm pool when the resolved limits equal the pool's (the
+// template's defaults), created cold otherwise. It fails with
 // ErrResourceExhausted when MaxConcurrent sandboxes exist.
 func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 	rs, err := m.cfg.resolve(spec, m.templates)
@@ -311,7 +311,7 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 	p := m.pools[rs.template.Name()]
 	m.mu.Unlock()
 
-	if p != nil && rs.limits == m.cfg.DefaultLimits {
+	if p != nil && rs.limits == m.cfg.defaultsFor(rs.template) {
 		sb, ok, err := m.claim(ctx, p, rs)
 		if ok || err != nil {
 			if err != nil {

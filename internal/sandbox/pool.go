@@ -2,18 +2,20 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 )
 
 // Warm pools.
 //
 // Each template in Config.PoolSize has a pool of ready sandboxes created
-// with Config.DefaultLimits. A Create whose resolved limits equal those
-// claims a member (one agent ping and a state-file write) instead of
+// with the template's default limits. A Create whose resolved limits
+// equal those claims a member (one agent ping and a state-file write) instead of
 // creating one; the sandbox's Env is applied per process by the Manager,
 // so any env fits. A claimed member gets its record (metadata, expiry,
 // env) in the state file, because its creation labels only say "pool
@@ -264,8 +266,12 @@ func (m *Manager) createMember(ctx context.Context, p *pool) (runtime.Instance, 
 	if err != nil {
 		return nil, err
 	}
+	limits := m.cfg.defaultsFor(src)
+	if err := checkLimits(limits, m.cfg.MaxLimits, true); err != nil {
+		return nil, fmt.Errorf("template %s: %v: %w", p.template, err, errdefs.ErrInvalidArgument)
+	}
 	rec := persisted{Version: 1, ID: id, Template: p.template, Pool: true, CreatedAt: time.Now()}
-	return m.startInstance(ctx, src, id, m.cfg.DefaultLimits, rec)
+	return m.startInstance(ctx, src, id, limits, rec)
 }
 
 // destroyMember destroys an unclaimed member; the destroy goes on even if

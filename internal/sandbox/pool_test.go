@@ -149,3 +149,60 @@ func TestPoolRecycle(t *testing.T) {
 		return true
 	})
 }
+
+// limitedSource is a template with its own default limits.
+type limitedSource struct {
+	staticSource
+	limits runtime.Limits
+}
+
+func (s limitedSource) Limits() runtime.Limits { return s.limits }
+
+// TestTemplateLimits checks that a template's limits fill a request's
+// unset fields before the daemon's defaults, that the request still wins,
+// that the maxima still apply, and that the template's pool is made with
+// its limits so that a default request claims from it.
+func TestTemplateLimits(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	tl := runtime.Limits{CPUs: 0.5, MemoryBytes: 256 << 20}
+	for _, src := range []limitedSource{
+		{staticSource{"small"}, tl},
+		{staticSource{"huge"}, runtime.Limits{MemoryBytes: 1 << 40}},
+	} {
+		if err := e.templates.Replace(src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := Config{PoolSize: map[string]int{"small": 1}, MaxConcurrent: 10,
+		DefaultLimits: runtime.Limits{CPUs: 1, MemoryBytes: 512 << 20, Pids: 100, DiskBytes: 1 << 30, NoFile: 1024}}
+	m := e.manager(cfg)
+	eventually(t, 5*time.Second, "pool fill", func() bool { return poolReady(m, "small") == 1 })
+
+	want := runtime.Limits{CPUs: 0.5, MemoryBytes: 256 << 20, Pids: 100, DiskBytes: 1 << 30, NoFile: 1024}
+	creates := e.rt.Creates()
+	sb, err := m.Create(ctx, Spec{Template: "small"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.Limits != want {
+		t.Errorf("limits = %+v, want the template's over the defaults %+v", sb.Limits, want)
+	}
+	if e.rt.Creates() != creates {
+		t.Error("a request with the template's default limits did not claim from its pool")
+	}
+
+	sb, err = m.Create(ctx, Spec{Template: "small", Limits: runtime.Limits{MemoryBytes: 128 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.Limits.MemoryBytes != 128<<20 || sb.Limits.CPUs != 0.5 {
+		t.Errorf("limits = %+v, want the request's memory and the template's CPUs", sb.Limits)
+	}
+	if sb, err := m.Create(ctx, Spec{Template: "other"}); err != nil || sb.Limits != cfg.DefaultLimits {
+		t.Errorf("a template without limits: %+v, %v; want the defaults", sb.Limits, err)
+	}
+	if _, err := m.Create(ctx, Spec{Template: "huge"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a template above the maximum: %v, want ErrInvalidArgument", err)
+	}
+}

@@ -71,8 +71,8 @@ type Spec struct {
 	// Template names the root filesystem; Config.DefaultTemplate if empty.
 	Template string
 	// Limits caps the sandbox's resources; each zero field takes the
-	// value from Config.DefaultLimits, and no field may exceed
-	// Config.MaxLimits.
+	// template's value (template.Limiter), else Config.DefaultLimits, and
+	// no field may exceed Config.MaxLimits.
 	Limits runtime.Limits
 	// Env is added to the environment of every process started through
 	// the Manager's Exec and StartProcess (request env wins over it). It
@@ -158,15 +158,17 @@ type Config struct {
 	// or failed. Warm-pool members do not count: they have their own cap
 	// (MaxPooled). Default 500.
 	MaxConcurrent int
-	// DefaultLimits fill the zero fields of a Spec's Limits. Defaults:
+	// DefaultLimits fill the zero fields of a Spec's Limits that its
+	// template's own limits (template.Limiter) leave unset. Defaults:
 	// 1 CPU, 512 MiB memory, 256 pids, 1 GiB disk, 4096 open files.
 	DefaultLimits runtime.Limits
 	// MaxLimits caps every field of a Spec's Limits. Defaults: the host's
 	// CPU count, 16 GiB memory, 4096 pids, 64 GiB disk, 65536 open files.
 	MaxLimits runtime.Limits
 	// PoolSize is how many ready sandboxes to keep per template, created
-	// with DefaultLimits. A Create whose resolved limits equal
-	// DefaultLimits claims one instead of creating a sandbox.
+	// with the template's default limits (its own over DefaultLimits). A
+	// Create whose resolved limits equal those claims one instead of
+	// creating a sandbox.
 	PoolSize map[string]int
 	// MaxPooled caps the sum of PoolSize. Default 64.
 	MaxPooled int
@@ -345,6 +347,16 @@ func checkLimits(l, max runtime.Limits, capped bool) error {
 	return nil
 }
 
+// defaultsFor returns the limits a sandbox of src gets for the fields a
+// request leaves unset: the template's own (see template.Limiter) over
+// DefaultLimits. Pools create their members with them.
+func (c Config) defaultsFor(src template.Source) runtime.Limits {
+	if t, ok := src.(template.Limiter); ok {
+		return t.Limits().Over(c.DefaultLimits)
+	}
+	return c.DefaultLimits
+}
+
 // resolvedSpec is a validated Spec with defaults applied.
 type resolvedSpec struct {
 	owner       string
@@ -375,25 +387,10 @@ func (c Config) resolve(s Spec, templates *template.Registry) (resolvedSpec, err
 	if err != nil {
 		return resolvedSpec{}, err
 	}
-	l := s.Limits
-	if err := checkLimits(l, runtime.Limits{}, false); err != nil {
+	if err := checkLimits(s.Limits, runtime.Limits{}, false); err != nil {
 		return bad("%v", err)
 	}
-	if l.CPUs == 0 {
-		l.CPUs = c.DefaultLimits.CPUs
-	}
-	if l.MemoryBytes == 0 {
-		l.MemoryBytes = c.DefaultLimits.MemoryBytes
-	}
-	if l.Pids == 0 {
-		l.Pids = c.DefaultLimits.Pids
-	}
-	if l.DiskBytes == 0 {
-		l.DiskBytes = c.DefaultLimits.DiskBytes
-	}
-	if l.NoFile == 0 {
-		l.NoFile = c.DefaultLimits.NoFile
-	}
+	l := s.Limits.Over(c.defaultsFor(src))
 	if err := checkLimits(l, c.MaxLimits, true); err != nil {
 		return bad("%v", err)
 	}

@@ -54,6 +54,17 @@ func (t *Stored) Name() string { return t.name }
 // env, user, cmd, entrypoint).
 func (t *Stored) Manifest() (layers.Manifest, error) { return t.store.Get(t.name) }
 
+// Limits returns the template's default limits (none once it is removed).
+func (t *Stored) Limits() runtime.Limits {
+	m, err := t.store.Get(t.name)
+	if err != nil {
+		return runtime.Limits{}
+	}
+	return m.Config.Limits
+}
+
+var _ Limiter = (*Stored)(nil)
+
 // Resolve returns the template's layer directories and its defaults
 // (working directory, user, environment), all from one read of the
 // manifest (a replace landing in between cannot mix two versions). It

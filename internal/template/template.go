@@ -37,6 +37,14 @@ type Source interface {
 	Resolve(ctx context.Context) (runtime.Rootfs, error)
 }
 
+// Limiter is implemented by sources whose templates carry default
+// resource limits (a stored template built with limits). A sandbox
+// request's unset limits take them before the daemon's defaults.
+type Limiter interface {
+	// Limits returns the template's limits; zero fields are unset.
+	Limits() runtime.Limits
+}
+
 // NamePattern is the syntax of template names.
 var NamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 

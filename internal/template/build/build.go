@@ -115,6 +115,10 @@ type Request struct {
 	Name string
 	// Airfile is the build recipe (at most airfile.MaxFileBytes).
 	Airfile []byte
+	// Limits are the template's default resource limits; fields left
+	// zero keep the base template's (see layers.Config.Limits). They do
+	// not change the RUN sandboxes' resources (Config.Limits).
+	Limits runtime.Limits
 	// ContextDir is the build context COPY and ADD read from (an
 	// absolute path); "" allows no COPY or ADD.
 	ContextDir string
@@ -266,6 +270,9 @@ func (b *Builder) Build(ctx context.Context, req Request, events func(Event)) (l
 	}
 	if req.AllowSetuid && req.StripSetuid {
 		return layers.Manifest{}, fmt.Errorf("AllowSetuid and StripSetuid exclude each other: %w", errdefs.ErrInvalidArgument)
+	}
+	if err := (&layers.Config{Limits: req.Limits}).Validate(); err != nil {
+		return layers.Manifest{}, err
 	}
 	file, err := airfile.Parse(bytes.NewReader(req.Airfile))
 	if err != nil {

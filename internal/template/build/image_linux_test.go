@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -25,6 +26,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/template/oci"
 )
 
@@ -94,7 +97,8 @@ func TestBuildFromImage(t *testing.T) {
 	// The image's user (1000:1000) runs the step, in its workdir (/app).
 	af := fmt.Sprintf("FROM %s/test/img:v1\nCOPY c.txt /data/\nENV EXTRA=1\nRUN [%q, %q, \"/data/out\", \"from-run\"]\n",
 		host, "/"+runtimeDir+"/bin/airlock", writeCommand)
-	req := Request{Name: "image-test", Airfile: []byte(af), ContextDir: ctxDir, Pull: oci.Options{Insecure: true}}
+	req := Request{Name: "image-test", Airfile: []byte(af), ContextDir: ctxDir, Pull: oci.Options{Insecure: true},
+		Limits: runtime.Limits{MemoryBytes: 300 << 20}}
 	m, events := e.mustBuild(t, req)
 	if got, want := eventTypes(events), []string{"1:step", "2:step", "3:step", "4:step", "4:done"}; !slices.Equal(got, want) {
 		t.Errorf("events %v, want %v", got, want)
@@ -127,6 +131,18 @@ func TestBuildFromImage(t *testing.T) {
 	copied, _ := e.store.LayerDir(m.Layers[1])
 	if b, err := os.ReadFile(filepath.Join(copied, "data/c.txt")); err != nil || string(b) != "copied" {
 		t.Errorf("COPY layer's data/c.txt: %q %v", b, err)
+	}
+
+	if m.Config.Limits != (runtime.Limits{MemoryBytes: 300 << 20}) {
+		t.Errorf("limits %+v, want the request's", m.Config.Limits)
+	}
+	// A template built on it keeps its limits under its own.
+	derived, _ := e.mustBuild(t, Request{Name: "image-derived", Airfile: []byte("FROM template:image-test\n"), Limits: runtime.Limits{CPUs: 0.5}})
+	if derived.Config.Limits != (runtime.Limits{CPUs: 0.5, MemoryBytes: 300 << 20}) {
+		t.Errorf("derived limits %+v, want the base's memory and its own CPUs", derived.Config.Limits)
+	}
+	if _, _, err := e.build(t, Request{Name: "image-bad", Airfile: []byte("FROM template:image-test\n"), Limits: runtime.Limits{MemoryBytes: -1}}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("negative limits: %v", err)
 	}
 
 	// A sandbox of the result starts as the image's user in its workdir:

@@ -149,6 +149,7 @@ func (j *job) save(ctx context.Context) (layers.Manifest, error) {
 	if err := ctx.Err(); err != nil {
 		return layers.Manifest{}, ctxErr(ctx, "build")
 	}
+	j.cfg.Limits = j.req.Limits.Over(j.cfg.Limits)
 	m := layers.Manifest{
 		Name:   j.req.Name,
 		Layers: slices.Clone(j.layers),

@@ -3,6 +3,7 @@ package layers
 import (
 	"encoding/hex"
 	"fmt"
+	"math"
 	"path"
 	"regexp"
 	"strings"
@@ -52,6 +53,10 @@ type Config struct {
 	User       string   `json:"user,omitempty"`    // user[:group], names or ids
 	Cmd        []string `json:"cmd,omitempty"`
 	Entrypoint []string `json:"entrypoint,omitempty"`
+	// Limits are the template's default resource limits: a sandbox
+	// request's unset fields take them before the daemon's defaults.
+	// Zero fields are unset.
+	Limits runtime.Limits `json:"limits,omitzero"`
 }
 
 // EnvMap returns Env as a map; a later duplicate key wins, as in Docker.
@@ -152,6 +157,9 @@ func (c *Config) Validate() error {
 	}
 	if len(c.User) > maxUserLen || !printable(c.User) || strings.ContainsAny(c.User, " \t") {
 		return fmt.Errorf("image config: user %q is not a valid user[:group]: %w", quoteName(c.User), errdefs.ErrInvalidArgument)
+	}
+	if l := c.Limits; l.CPUs < 0 || math.IsNaN(l.CPUs) || math.IsInf(l.CPUs, 0) || l.MemoryBytes < 0 || l.Pids < 0 || l.DiskBytes < 0 {
+		return fmt.Errorf("template limits must not be negative: %w", errdefs.ErrInvalidArgument)
 	}
 	return nil
 }
