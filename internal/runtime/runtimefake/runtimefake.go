@@ -13,6 +13,7 @@
 package runtimefake
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -246,6 +248,7 @@ func (r *Runtime) start(ctx context.Context, inst *Instance, createErr error, de
 	}
 	env := map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	maps.Copy(env, inst.spec.BaseEnv())
+	env[markerEnv] = inst.dir
 	a, err := agent.New(agent.Options{
 		Root: inst.root,
 		Users: map[string]agent.User{
@@ -414,6 +417,9 @@ func (i *Instance) Destroy(ctx context.Context) error {
 	}
 	i.stopAgent()
 	if i.dir != "" {
+		killMarked(markerEnv + "=" + i.dir)
+	}
+	if i.dir != "" {
 		errs = append(errs, os.RemoveAll(i.dir))
 	}
 	if i.sock != "" {
@@ -430,6 +436,39 @@ func (i *Instance) Destroy(ctx context.Context) error {
 		return fmt.Errorf("sandbox %s: destroy: %w: %v", i.spec.ID, errdefs.ErrInternal, err)
 	}
 	return nil
+}
+
+// markerEnv marks every process a fake sandbox starts (its value is the
+// sandbox's directory), so that Destroy can find the background processes
+// that outlived their command: the fake has no PID namespace or cgroup to
+// kill them with.
+const markerEnv = "AIRLOCK_FAKE_SANDBOX"
+
+// killMarked SIGKILLs every process whose environment holds entry. It is
+// best effort (processes that changed their environment escape it); the
+// fake is for tests, not isolation.
+func killMarked(entry string) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	want := []byte(entry)
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil {
+			continue
+		}
+		for _, kv := range bytes.Split(b, []byte{0}) {
+			if bytes.Equal(kv, want) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				break
+			}
+		}
+	}
 }
 
 // killProcesses SIGKILLs every process the agent lists. An agent without

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -257,6 +258,42 @@ func TestDestroyKillsProcesses(t *testing.T) {
 	for syscall.Kill(pid, 0) == nil {
 		if time.Now().After(deadline) {
 			t.Fatalf("process %d survived Destroy", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestDestroyKillsOrphans checks that a background process which outlived
+// its command (reparented away from the agent) dies with the sandbox.
+func TestDestroyKillsOrphans(t *testing.T) {
+	ctx := context.Background()
+	r := newRuntime(t)
+	inst, err := r.Create(ctx, runtime.Spec{ID: "orphans", Rootfs: testRootfs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := agentclient.New(inst.Dial)
+	defer c.Close()
+	var out strings.Builder
+	res, err := c.Exec(ctx, agentclient.ExecRequest{Shell: "sleep 600 >/dev/null 2>&1 & echo $!", Stdout: &out, Timeout: 10 * time.Second})
+	if err != nil || res.Status != agentclient.StatusSuccess {
+		t.Fatalf("exec: %v %+v", err, res)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(out.String()))
+	if err != nil || syscall.Kill(pid, 0) != nil {
+		t.Fatalf("background pid %q not running: %v", out.String(), err)
+	}
+	if err := inst.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		if err != nil || strings.Contains(string(b), ") Z ") {
+			break // gone, or a zombie waiting for its new parent
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("orphan %d survived Destroy", pid)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
