@@ -311,7 +311,7 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 	p := m.pools[rs.template.Name()]
 	m.mu.Unlock()
 
-	if p != nil && rs.limits == m.cfg.defaultsFor(rs.template) {
+	if p != nil && rs.limits == rs.defaults {
 		sb, ok, err := m.claim(ctx, p, rs)
 		if ok || err != nil {
 			if err != nil {

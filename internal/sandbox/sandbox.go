@@ -359,9 +359,12 @@ func (c Config) defaultsFor(src template.Source) runtime.Limits {
 
 // resolvedSpec is a validated Spec with defaults applied.
 type resolvedSpec struct {
-	owner       string
-	template    template.Source
-	limits      runtime.Limits
+	owner    string
+	template template.Source
+	limits   runtime.Limits
+	// defaults are the template's default limits, which its pool's
+	// members have: a Create whose limits equal them can claim one.
+	defaults    runtime.Limits
 	env         map[string]string
 	metadata    map[string]string
 	timeout     time.Duration
@@ -390,7 +393,8 @@ func (c Config) resolve(s Spec, templates *template.Registry) (resolvedSpec, err
 	if err := checkLimits(s.Limits, runtime.Limits{}, false); err != nil {
 		return bad("%v", err)
 	}
-	l := s.Limits.Over(c.defaultsFor(src))
+	defaults := c.defaultsFor(src)
+	l := s.Limits.Over(defaults)
 	if err := checkLimits(l, c.MaxLimits, true); err != nil {
 		return bad("%v", err)
 	}
@@ -419,6 +423,7 @@ func (c Config) resolve(s Spec, templates *template.Registry) (resolvedSpec, err
 		owner:       s.Owner,
 		template:    src,
 		limits:      l,
+		defaults:    defaults,
 		env:         cloneMap(s.Env),
 		metadata:    cloneMap(s.Metadata),
 		timeout:     timeout,

@@ -42,22 +42,12 @@ func keptCapabilities(build bool) uint64 {
 // anywhere (a RUN step makes /app or /opt/x), which leaves /proc, /dev and
 // /sys to their own permissions.
 func agentPolicy(cgroupFDs []int, build bool) (confine.Policy, error) {
-	entries, err := os.ReadDir("/")
-	if err != nil {
-		return confine.Policy{}, err
-	}
-	var writable []string
-	for _, e := range entries {
-		switch e.Name() {
-		case "proc", "dev", "sys", ".airlock":
-			continue
+	writable := []string{"/"}
+	if !build {
+		var err error
+		if writable, err = topLevelDirs(); err != nil {
+			return confine.Policy{}, err
 		}
-		if e.IsDir() {
-			writable = append(writable, "/"+e.Name())
-		}
-	}
-	if build {
-		writable = []string{"/"}
 	}
 	writable = append(writable, "/dev/shm", "/dev/pts")
 	devices := []string{"/dev/pts", "/dev/ptmx"}
@@ -70,6 +60,26 @@ func agentPolicy(cgroupFDs []int, build bool) (confine.Policy, error) {
 		WritableFDs: cgroupFDs,
 		DevicePaths: devices,
 	}, nil
+}
+
+// topLevelDirs lists the root filesystem's top-level directories but
+// /proc, /dev, /sys and the runtime's /.airlock.
+func topLevelDirs() ([]string, error) {
+	entries, err := os.ReadDir("/")
+	if err != nil {
+		return nil, err
+	}
+	var dirs []string
+	for _, e := range entries {
+		switch e.Name() {
+		case "proc", "dev", "sys", ".airlock":
+			continue
+		}
+		if e.IsDir() {
+			dirs = append(dirs, "/"+e.Name())
+		}
+	}
+	return dirs, nil
 }
 
 // delegatedCgroups opens the agent's view of the sandbox's cgroups: the

@@ -122,22 +122,26 @@ func applyDefaults(rootFD int, cfg *initConfig) error {
 	}
 	cfg.Account = acct
 	w := cfg.Rootfs.Workdir
-	if w == "" || w == "/" {
-		return nil
-	}
-	if fd, err := openIn(rootFD, w, unix.O_PATH|unix.O_DIRECTORY); err == nil {
-		unix.Close(fd)
+	if w == "" || isDirIn(rootFD, w) {
 		return nil
 	}
 	if err := mkdirIn(rootFD, w, 0o755); err != nil {
 		return fmt.Errorf("working directory: %w", err)
 	}
-	fd, err := openIn(rootFD, w, unix.O_PATH|unix.O_DIRECTORY)
+	if !isDirIn(rootFD, w) { // mkdirIn accepts an existing file
+		return fmt.Errorf("working directory %q is not a directory", w)
+	}
+	return nil
+}
+
+// isDirIn reports whether path inside rootFD is a directory.
+func isDirIn(rootFD int, path string) bool {
+	fd, err := openIn(rootFD, path, unix.O_PATH|unix.O_DIRECTORY)
 	if err != nil {
-		return fmt.Errorf("working directory %q: %w", w, err)
+		return false
 	}
 	unix.Close(fd)
-	return nil
+	return true
 }
 
 // attachLayers returns the overlay lower directories, lowest first. With
