@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -164,5 +165,20 @@ func TestBuildSandbox(t *testing.T) {
 	}
 	if _, errOut, code := run(plain, "root", "touch /tmp/f && chown 1234 /tmp/f"); code == 0 || !strings.Contains(errOut, "not permitted") {
 		t.Errorf("plain sandbox root chowned: %q", errOut)
+	}
+}
+
+// TestSandboxUmask checks that a daemon with umask 077 still makes
+// sandboxes its unprivileged agents can enter, and that sandboxed
+// processes start with umask 022 whatever the daemon's is.
+func TestSandboxUmask(t *testing.T) {
+	rootfs := hostRootfsFor(t)
+	ctx := context.Background()
+	old := syscall.Umask(0o077)
+	rt := newRuntime(t)
+	sb := runtimetest.Create(t, ctx, rt, rootfs, runtime.Spec{})
+	syscall.Umask(old)
+	if _, out, _ := sb.Run(t, ctx, agentclient.ExecRequest{Shell: "umask", Timeout: 10 * time.Second}); out != "0022\n" {
+		t.Errorf("umask in the sandbox = %q, want 0022", out)
 	}
 }

@@ -160,6 +160,9 @@ func installAgentBinary(stateDir, src string) (string, error) {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return "", err
 	}
+	if err := os.Chmod(dir, 0o711); err != nil { // whatever the umask
+		return "", err
+	}
 	in, err := os.Open(src)
 	if err != nil {
 		return "", err

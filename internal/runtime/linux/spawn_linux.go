@@ -113,6 +113,11 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 		}
 		return nil, fmt.Errorf("sandbox %s: state dir: %w", spec.ID, err)
 	}
+	// Exactly 0711 whatever the daemon's umask: the agent, an
+	// unprivileged host uid, must traverse it to reach its mount dir.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return nil, fmt.Errorf("sandbox %s: state dir: %w", spec.ID, err)
+	}
 	mnt := filepath.Join(dir, mntDir)
 	if err := os.Mkdir(mnt, 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
