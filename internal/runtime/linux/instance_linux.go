@@ -1,11 +1,15 @@
 package linux
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -132,10 +136,8 @@ func (i *Instance) Destroy(ctx context.Context) error {
 			errs = append(errs, killErr)
 		}
 		if i.exited != nil {
-			select {
-			case <-i.exited:
-			case <-ctx.Done():
-				errs = append(errs, ctx.Err())
+			if err := i.awaitExit(ctx); err != nil {
+				errs = append(errs, err)
 			}
 		}
 		if err := i.cg.Remove(ctx); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
@@ -151,4 +153,71 @@ func (i *Instance) Destroy(ctx context.Context) error {
 		}
 	})
 	return i.destroyErr
+}
+
+// awaitExit waits until the agent, killed, has been reaped. A v1 kill ends
+// when cgroup.procs lists nobody, but the kernel stops listing a process as
+// soon as it starts to exit, and the agent is reaped only once everything
+// in its PID namespace is gone; so while it waits the cgroup is killed
+// again every second, which also thaws anything frozen in it. If the agent
+// still is not reaped when ctx ends, the error says where its tree is stuck.
+func (i *Instance) awaitExit(ctx context.Context) error {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-i.exited:
+			return nil
+		case <-tick.C:
+			_ = i.cg.Kill(ctx)
+		case <-ctx.Done():
+			return fmt.Errorf("agent not reaped: %w (%s)", ctx.Err(), describeTree(i.state.Pid, i.state.PidStart))
+		}
+	}
+}
+
+// describeTree says what a process that would not die and its children
+// are doing: each thread's state and the kernel function it sleeps in, as
+// /proc shows them. It is for error messages only, and bounded.
+func describeTree(pid int, start uint64) string {
+	if st, err := procStartTime(pid); err != nil || st != start {
+		return fmt.Sprintf("pid %d is gone or a zombie", pid)
+	}
+	const maxThreads = 32
+	var b strings.Builder
+	n := 0
+	queue := []int{pid}
+	for len(queue) > 0 && n < maxThreads {
+		p := queue[0]
+		queue = queue[1:]
+		dir := "/proc/" + strconv.Itoa(p) + "/task"
+		tids, err := os.ReadDir(dir)
+		if err != nil {
+			fmt.Fprintf(&b, " pid %d: %v;", p, err)
+			continue
+		}
+		fmt.Fprintf(&b, " pid %d:", p)
+		for _, t := range tids {
+			if n++; n > maxThreads {
+				b.WriteString(" ...")
+				break
+			}
+			task := filepath.Join(dir, t.Name())
+			stat, _ := os.ReadFile(filepath.Join(task, "stat"))
+			state := "?"
+			if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
+				state = string(stat[i+2])
+			}
+			wchan, _ := os.ReadFile(filepath.Join(task, "wchan"))
+			fmt.Fprintf(&b, " %s %s in %q", t.Name(), state, wchan)
+			children, _ := os.ReadFile(filepath.Join(task, "children"))
+			for _, c := range strings.Fields(string(children)) {
+				if cp, err := strconv.Atoi(c); err == nil {
+					queue = append(queue, cp)
+				}
+			}
+		}
+		b.WriteString(";")
+	}
+	return strings.TrimSpace(strings.TrimSuffix(b.String(), ";"))
 }
