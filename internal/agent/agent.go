@@ -25,6 +25,7 @@ import (
 
 	agentv1 "github.com/airlock-sandbox/airlock/gen/airlock/agent/v1"
 	"github.com/airlock-sandbox/airlock/gen/airlock/agent/v1/agentv1connect"
+	"github.com/airlock-sandbox/airlock/internal/account"
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
 )
 
@@ -32,12 +33,7 @@ import (
 var Version = "dev"
 
 // User is an account that processes and file operations can run as.
-type User struct {
-	Name string
-	UID  uint32
-	GID  uint32
-	Home string
-}
+type User = account.User
 
 // Options configure an Agent. Root and Users are required.
 type Options struct {

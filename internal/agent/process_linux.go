@@ -121,7 +121,7 @@ func (t *processTable) spawn(spec *procSpec, p *process) (err error) {
 		sys.Ctty = 0
 	}
 	if t.opts.SwitchUser {
-		sys.Credential = &syscall.Credential{Uid: spec.user.UID, Gid: spec.user.GID, Groups: []uint32{}}
+		sys.Credential = &syscall.Credential{Uid: spec.user.UID, Gid: spec.user.GID, Groups: spec.user.Groups}
 	}
 	pidfd := -1
 	sys.PidFD = &pidfd

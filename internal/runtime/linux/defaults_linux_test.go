@@ -15,7 +15,8 @@ import (
 )
 
 // accountsLayer returns the host rootfs with a layer on top that holds an
-// image's account files: app (1234) and groups app (1234) and staff (50).
+// image's account files: app (1234) and groups app (1234) and staff (50),
+// which lists app as a member.
 func accountsLayer(t *testing.T) runtime.Rootfs {
 	t.Helper()
 	setupBase(t)
@@ -44,14 +45,17 @@ func TestTemplateDefaults(t *testing.T) {
 	rootfs := accountsLayer(t)
 	rt := newRuntime(t)
 	ctx := context.Background()
-	probe := `echo "$(id -u):$(id -g) $(pwd) $HOME $USER"`
+	// id -G: the primary group, then the supplementary ones.
+	probe := `echo "$(id -u):$(id -G | tr ' ' ,) $(pwd) $HOME $USER"`
 	tests := []struct {
 		user, workdir string
 		want          string
 	}{
 		{"", "", "1000:1000 /home/user /home/user user\n"},
-		{"app", "/srv/work", "1234:1234 /srv/work /home/app app\n"},
-		{"app:staff", "", "1234:50 / /home/app app\n"}, // home /home/app is not in the image
+		{"app", "/srv/work", "1234:1234,50 /srv/work /home/app app\n"}, // a member of staff
+		// An explicit group drops the supplementary ones, as in Docker;
+		// home /home/app is not in the image.
+		{"app:staff", "", "1234:50 / /home/app app\n"},
 		{"1500", "/tmp", "1500:0 /tmp / 1500\n"},
 		{"1500:50", "", "1500:50 / / 1500\n"},
 		{"root", "/home/user", "0:0 /home/user /root root\n"},

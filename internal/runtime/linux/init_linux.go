@@ -20,12 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/confine"
 )
 
-// In-sandbox identities. Root inside the sandbox maps to the sandbox's
-// host uid base; "user" is uid 1000 as in E2B.
 const (
-	sandboxUserUID = 1000
-	sandboxUserGID = 1000
-	sandboxHome    = "/home/user"
 	// agentBinaryPath is where the agent binary is bound, read-only,
 	// inside every sandbox.
 	agentBinaryPath = "/.airlock/bin/airlock"

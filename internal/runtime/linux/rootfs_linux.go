@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/account"
 )
 
 // Paths under /proc that are hidden or made read-only, as in Docker's
@@ -109,14 +111,14 @@ func setupRootfs(cfg *initConfig) error {
 // cfg.Account, and makes the working directory, owned by root, when the
 // layers lack it (as Docker does).
 func applyDefaults(rootFD int, cfg *initConfig) error {
-	var db accountDB
+	var db account.DB
 	if cfg.Rootfs.User != "" {
 		var err error
 		if db, err = readAccountDB(rootFD); err != nil {
 			return fmt.Errorf("user %q: %w", cfg.Rootfs.User, err)
 		}
 	}
-	acct, err := resolveAccount(cfg.Rootfs.User, db)
+	acct, err := defaultAccount(cfg.Rootfs.User, db)
 	if err != nil {
 		return err
 	}
@@ -192,7 +194,7 @@ func seedUpper(upper string) error {
 		uid, gid int
 	}{
 		{"home", 0o755, 0, 0},
-		{"home/user", 0o750, sandboxUserUID, sandboxUserGID},
+		{"home/user", 0o750, account.SandboxUID, account.SandboxGID},
 		{"root", 0o700, 0, 0},
 		{"tmp", 0o777 | os.ModeSticky, 0, 0},
 		{"var", 0o755, 0, 0},

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/account"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/template/airfile"
 )
@@ -99,32 +100,12 @@ func chownIDs(st *stack, chown string) (int, int, error) {
 	if chown == "" {
 		return 0, 0, nil
 	}
-	user, group, hasGroup := strings.Cut(chown, ":")
-	uid, ok := parseID(user)
-	if !ok {
-		id, found, err := st.lookupID("/etc/passwd", user)
-		if err != nil {
-			return 0, 0, err
-		}
-		if !found {
-			return 0, 0, fmt.Errorf("no user %q in the image's /etc/passwd: %w", clip(user, 40), errdefs.ErrInvalidArgument)
-		}
-		uid = id
+	db, err := st.accountDB()
+	if err != nil {
+		return 0, 0, err
 	}
-	gid := uid
-	if hasGroup {
-		if gid, ok = parseID(group); !ok {
-			id, found, err := st.lookupID("/etc/group", group)
-			if err != nil {
-				return 0, 0, err
-			}
-			if !found {
-				return 0, 0, fmt.Errorf("no group %q in the image's /etc/group: %w", clip(group, 40), errdefs.ErrInvalidArgument)
-			}
-			gid = id
-		}
-	}
-	return uid, gid, nil
+	uid, gid, err := account.Chown(chown, db)
+	return int(uid), int(gid), err
 }
 
 // copier writes the tar of a COPY (or of a WORKDIR's directories).

@@ -25,6 +25,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/airlock-sandbox/airlock/internal/account"
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
@@ -38,8 +39,8 @@ func testImage(t *testing.T) v1.Image {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, h := range []*tar.Header{
-		{Name: "app/", Typeflag: tar.TypeDir, Mode: 0o755, Uid: userUID, Gid: userGID},
-		{Name: "data/", Typeflag: tar.TypeDir, Mode: 0o755, Uid: userUID, Gid: userGID},
+		{Name: "app/", Typeflag: tar.TypeDir, Mode: 0o755, Uid: account.SandboxUID, Gid: account.SandboxGID},
+		{Name: "data/", Typeflag: tar.TypeDir, Mode: 0o755, Uid: account.SandboxUID, Gid: account.SandboxGID},
 		{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755},
 		{Name: "etc/os-release", Typeflag: tar.TypeReg, Mode: 0o644, Size: 5},
 	} {
@@ -125,7 +126,7 @@ func TestBuildFromImage(t *testing.T) {
 	out := filepath.Join(dir, "data/out")
 	b, err := os.ReadFile(out)
 	fi, _ := os.Lstat(out)
-	if err != nil || string(b) != "from-run" || fi.Sys().(*syscall.Stat_t).Uid != userUID {
+	if err != nil || string(b) != "from-run" || fi.Sys().(*syscall.Stat_t).Uid != account.SandboxUID {
 		t.Errorf("RUN layer's data/out: %q %v %+v", b, err, fi)
 	}
 	copied, _ := e.store.LayerDir(m.Layers[1])
@@ -153,7 +154,7 @@ func TestBuildFromImage(t *testing.T) {
 	if res.ExitCode != 0 {
 		t.Fatalf("write in the default cwd: %+v %q", res, errOut)
 	}
-	if st, err := sb.Client.Stat(context.Background(), "/app/rel"); err != nil || st.UID != userUID || st.GID != userGID {
+	if st, err := sb.Client.Stat(context.Background(), "/app/rel"); err != nil || st.UID != account.SandboxUID || st.GID != account.SandboxGID {
 		t.Errorf("file written in the default cwd: %+v %v; want /app/rel owned by 1000:1000", st, err)
 	}
 

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"path"
 	"slices"
-	"strconv"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/account"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/template"
 	"github.com/airlock-sandbox/airlock/internal/template/airfile"
@@ -16,18 +16,6 @@ import (
 
 // Source is the Manifest.Source of built templates.
 const Source = "airfile"
-
-// Users a RUN step can run as: the agent knows these two.
-const (
-	runRoot = "root"
-	runUser = "user"
-)
-
-// Ids of the two users.
-const (
-	userUID = 1000
-	userGID = 1000
-)
 
 // job is one build in progress.
 type job struct {
@@ -242,33 +230,6 @@ func setEnv(env []string, key, value string) []string {
 	return append(out, key+"="+value)
 }
 
-// normalizeUser maps a USER value to the agent user a step runs as.
-// Names, ids and user:group pairs of the two known users are accepted.
-func normalizeUser(u string) (string, bool) {
-	if u == "" {
-		return runRoot, true // images without USER run as root
-	}
-	name, group, hasGroup := strings.Cut(u, ":")
-	var want string
-	switch name {
-	case "root", "0":
-		want = runRoot
-	case "user", "1000":
-		want = runUser
-	default:
-		return "", false
-	}
-	if hasGroup {
-		switch {
-		case want == runRoot && (group == "root" || group == "0"):
-		case want == runUser && (group == "user" || group == "1000"):
-		default:
-			return "", false
-		}
-	}
-	return want, true
-}
-
 // checkUser checks that the current USER exists in the image so far,
 // so that a bad USER fails on its own line rather than at the next RUN.
 func (j *job) checkUser(line int) error {
@@ -282,31 +243,19 @@ func (j *job) checkUser(line int) error {
 	return nil
 }
 
-// userIDs returns the numeric ids of user (a USER value) in the image
-// st: root for "", else as --chown resolves it, else the sandbox's own
-// "root" and "user" accounts, which every sandbox has.
+// userIDs returns the ids a USER value runs as in the image st, looked
+// up as the runtime looks it up when a sandbox starts; root for "".
 func userIDs(st *stack, user string) (int, int, error) {
 	if user == "" {
 		return 0, 0, nil
 	}
-	uid, gid, err := chownIDs(st, user)
-	if err == nil {
-		return uid, gid, nil
+	db, err := st.accountDB()
+	if err != nil {
+		return 0, 0, err
 	}
-	switch u, _ := normalizeUser(user); u {
-	case runRoot:
-		return 0, 0, nil
-	case runUser:
-		return userUID, userGID, nil
+	u, err := account.Resolve(user, db)
+	if err != nil {
+		return 0, 0, err
 	}
-	return 0, 0, err
-}
-
-// parseID parses a numeric uid or gid of at most 65535.
-func parseID(s string) (int, bool) {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 || n > 65535 || s != strconv.Itoa(n) {
-		return 0, false
-	}
-	return n, true
+	return int(u.UID), int(u.GID), nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/airlock-sandbox/airlock/internal/account"
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
@@ -86,7 +87,7 @@ func newSandboxID() string {
 // Docker; a sandbox's own default is "user").
 func (j *job) runUser() string {
 	if j.cfg.User == "" {
-		return runRoot
+		return account.Root.Name
 	}
 	return j.cfg.User
 }

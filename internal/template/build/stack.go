@@ -8,6 +8,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/account"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
@@ -175,11 +176,8 @@ func (s *stack) resolve(p string, followLast bool) (rel string, h hit, found boo
 	return "", h, true, err
 }
 
-// maxEtcFile caps the /etc/passwd and /etc/group the builder reads.
-const maxEtcFile = 1 << 20
-
-// readFile returns the content of the image file p (at most maxEtcFile
-// bytes), or fs.ErrNotExist.
+// readFile returns the content of the image file p (at most
+// account.MaxFile bytes), or fs.ErrNotExist.
 func (s *stack) readFile(p string) ([]byte, error) {
 	rel, h, found, err := s.resolve(p, true)
 	if err != nil {
@@ -193,32 +191,29 @@ func (s *stack) readFile(p string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxEtcFile+1))
+	b, err := io.ReadAll(io.LimitReader(f, account.MaxFile+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", p, errdefs.ErrInternal)
 	}
-	if len(b) > maxEtcFile {
-		return nil, fmt.Errorf("%s is larger than %d bytes: %w", p, maxEtcFile, errdefs.ErrResourceExhausted)
+	if len(b) > account.MaxFile {
+		return nil, fmt.Errorf("%s is larger than %d bytes: %w", p, account.MaxFile, errdefs.ErrResourceExhausted)
 	}
 	return b, nil
 }
 
-// lookupID finds name in the image's /etc/passwd or /etc/group (file)
-// and returns its numeric id.
-func (s *stack) lookupID(file, name string) (int, bool, error) {
-	b, err := s.readFile(file)
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Split(line, ":")
-		if len(f) >= 3 && f[0] == name {
-			id, ok := parseID(f[2])
-			return id, ok, nil
+// accountDB reads the image's /etc/passwd and /etc/group; a missing one
+// is empty.
+func (s *stack) accountDB() (account.DB, error) {
+	var db account.DB
+	for _, f := range []struct {
+		path string
+		dst  *[]byte
+	}{{"/etc/passwd", &db.Passwd}, {"/etc/group", &db.Group}} {
+		b, err := s.readFile(f.path)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return db, err
 		}
+		*f.dst = b
 	}
-	return 0, false, nil
+	return db, nil
 }

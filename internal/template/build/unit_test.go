@@ -15,38 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/account"
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/template/airfile"
 )
-
-func TestNormalizeUser(t *testing.T) {
-	tests := []struct {
-		in, want string
-		ok       bool
-	}{
-		{"", runRoot, true},
-		{"root", runRoot, true},
-		{"0", runRoot, true},
-		{"0:0", runRoot, true},
-		{"root:root", runRoot, true},
-		{"user", runUser, true},
-		{"1000", runUser, true},
-		{"user:1000", runUser, true},
-		{"1000:user", runUser, true},
-		{"root:user", "", false},
-		{"user:0", "", false},
-		{"nobody", "", false},
-		{"1001", "", false},
-		{"65534:65534", "", false},
-	}
-	for _, tc := range tests {
-		got, ok := normalizeUser(tc.in)
-		if got != tc.want || ok != tc.ok {
-			t.Errorf("normalizeUser(%q) = %q, %v; want %q, %v", tc.in, got, ok, tc.want, tc.ok)
-		}
-	}
-}
 
 func TestApplyConfig(t *testing.T) {
 	f, err := airfile.Parse(strings.NewReader(`FROM template:x
@@ -91,7 +64,7 @@ func TestUserIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := map[string]string{
-		"passwd": "root:x:0:0:root:/root:/bin/sh\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\nnode:x:1000:1000::/home/node:/bin/sh\n",
+		"passwd": "root:x:0:0:root:/root:/bin/sh\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\nnode:x:1000:1000::/home/node:/bin/sh\napp:x:1234:999::/app:/bin/sh\n",
 		"group":  "root:x:0:\nstaff:x:50:\n",
 	}
 	for name, content := range files {
@@ -105,7 +78,10 @@ func TestUserIDs(t *testing.T) {
 		uid, gid int
 	}{
 		{"", 0, 0}, {"root", 0, 0}, {"daemon", 1, 1}, {"daemon:staff", 1, 50}, {"node", 1000, 1000},
-		{"user", userUID, userGID}, {"1234", 1234, 1234}, {"1234:50", 1234, 50},
+		{"user", account.SandboxUID, account.SandboxGID}, {"1234:50", 1234, 50},
+		// A named user's primary group, and gid 0 for a bare uid without
+		// an entry: the ids the runtime gives the user's processes.
+		{"app", 1234, 999}, {"4321", 4321, 0},
 	} {
 		uid, gid, err := userIDs(st, tc.user)
 		if err != nil || uid != tc.uid || gid != tc.gid {

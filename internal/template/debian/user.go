@@ -6,15 +6,16 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/account"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
-// The account sandboxed commands run as.
+// The account sandboxed commands run as, which a built tree gets.
 const (
-	UserName = "user"
-	UserID   = 1000
-	GroupID  = 1000
-	UserHome = "/home/user"
+	UserName = account.SandboxName
+	UserID   = account.SandboxUID
+	GroupID  = account.SandboxGID
+	UserHome = account.SandboxHome
 )
 
 // maxAccountFileBytes caps the account files read from a built tree.
