@@ -26,11 +26,12 @@ func TestDescribeTree(t *testing.T) {
 	}
 	got := describeTree(self, start)
 	// The calling thread is running; the child is described after it.
-	self1 := fmt.Sprintf("pid %d: %d ", self, self)
+	self1 := fmt.Sprintf("pid %d: ", self)
 	running := fmt.Sprintf(" %d R in ", syscall.Gettid())
 	kid := fmt.Sprintf("; pid %d: %d ", child.Process.Pid, child.Process.Pid)
-	if !strings.HasPrefix(got, self1) || !strings.Contains(got, running) || !strings.Contains(got, kid) {
-		t.Errorf("got %s\nwant %q, %q and %q", got, self1, running, kid)
+	main := fmt.Sprintf(" %d ", self) // the main thread, among the others
+	if !strings.HasPrefix(got, self1) || !strings.Contains(got, main) || !strings.Contains(got, running) || !strings.Contains(got, kid) {
+		t.Errorf("got %s\nwant %q, %q, %q and %q", got, self1, main, running, kid)
 	}
 	// A pid reused by another process is not described.
 	if got := describeTree(self, start+1); !strings.Contains(got, "gone") {
