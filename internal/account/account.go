@@ -123,7 +123,7 @@ func split(spec string) (name, group string, hasGroup bool, err error) {
 
 // lookupUser finds name (a user name or a uid) in passwd.
 func lookupUser(name string, passwd []byte) (User, error) {
-	uid, numeric := ParseID(name)
+	uid, numeric := parseID(name)
 	var found *User
 	eachEntry(passwd, 7, func(f [][]byte) bool {
 		if (numeric && string(f[2]) == name) || (!numeric && string(f[0]) == name) {
@@ -153,8 +153,8 @@ func lookupUser(name string, passwd []byte) (User, error) {
 // passwdUser makes an account of a passwd entry's fields, or reports
 // false when its ids are not numbers the sandbox maps.
 func passwdUser(f [][]byte) (User, bool) {
-	uid, ok1 := ParseID(string(f[2]))
-	gid, ok2 := ParseID(string(f[3]))
+	uid, ok1 := parseID(string(f[2]))
+	gid, ok2 := parseID(string(f[3]))
 	if !ok1 || !ok2 || len(f[0]) == 0 {
 		return User{}, false
 	}
@@ -167,14 +167,14 @@ func passwdUser(f [][]byte) (User, bool) {
 
 // lookupGroup finds group (a group name or a gid) in the group file.
 func lookupGroup(group string, groups []byte) (uint32, error) {
-	if gid, ok := ParseID(group); ok {
+	if gid, ok := parseID(group); ok {
 		return gid, nil
 	}
 	var gid uint32
 	found := false
 	eachEntry(groups, 4, func(f [][]byte) bool {
 		if string(f[0]) == group {
-			gid, found = ParseID(string(f[2]))
+			gid, found = parseID(string(f[2]))
 			return !found
 		}
 		return true
@@ -195,7 +195,7 @@ func lookupGroup(group string, groups []byte) (uint32, error) {
 func memberOf(name string, primary uint32, groups []byte) []uint32 {
 	var gids []uint32
 	eachEntry(groups, 4, func(f [][]byte) bool {
-		gid, ok := ParseID(string(f[2]))
+		gid, ok := parseID(string(f[2]))
 		if !ok || gid == primary || slices.Contains(gids, gid) {
 			return true
 		}
@@ -232,8 +232,8 @@ func eachEntry(b []byte, n int, fn func([][]byte) bool) {
 	}
 }
 
-// ParseID parses a decimal uid or gid the sandbox maps.
-func ParseID(s string) (uint32, bool) {
+// parseID parses a decimal uid or gid the sandbox maps.
+func parseID(s string) (uint32, bool) {
 	n, err := strconv.ParseUint(s, 10, 32)
 	if err != nil || n > MaxID || strconv.FormatUint(n, 10) != s {
 		return 0, false

@@ -1,7 +1,6 @@
 package linux
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -203,10 +202,9 @@ func describeTree(pid int, start uint64) string {
 				break
 			}
 			task := filepath.Join(dir, t.Name())
-			stat, _ := os.ReadFile(filepath.Join(task, "stat"))
 			state := "?"
-			if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
-				state = string(stat[i+2])
+			if f, err := statFields(filepath.Join(task, "stat")); err == nil {
+				state = f[0]
 			}
 			wchan, _ := os.ReadFile(filepath.Join(task, "wchan"))
 			fmt.Fprintf(&b, " %s %s in %q", t.Name(), state, wchan)

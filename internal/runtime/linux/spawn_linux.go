@@ -2,6 +2,7 @@ package linux
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -326,24 +327,32 @@ func waitReady(ctx context.Context, statusR *os.File) error {
 // (field 22 of /proc/<pid>/stat), which tells a live process from a later
 // one that reused its pid.
 func procStartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	fields, err := statFields("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0, err
-	}
-	s := string(b)
-	// comm (field 2) may contain spaces and parentheses; fields after the
-	// last ')' are well-formed.
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, errors.New("malformed stat")
-	}
-	fields := strings.Fields(s[i+1:])
-	// fields[0] is field 3 (state); starttime is field 22.
-	if len(fields) < 20 {
-		return 0, errors.New("malformed stat")
 	}
 	if fields[0] == "Z" || fields[0] == "X" {
 		return 0, errors.New("process is a zombie")
 	}
 	return strconv.ParseUint(fields[19], 10, 64)
+}
+
+// statFields returns the fields of a /proc/<pid>[/task/<tid>]/stat file
+// from field 3 (state) on; it has at least 20 of them (to starttime,
+// field 22). comm (field 2) may contain spaces and parentheses; the
+// fields after the last ')' are well-formed.
+func statFields(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil, errors.New("malformed stat")
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	if len(fields) < 20 {
+		return nil, errors.New("malformed stat")
+	}
+	return fields, nil
 }

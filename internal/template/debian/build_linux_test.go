@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/account"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
@@ -139,7 +140,7 @@ func TestBuildFake(t *testing.T) {
 		t.Errorf("resolv.conf = %q", got)
 	}
 	fi, err := os.Stat(filepath.Join(target, "home/user"))
-	if err != nil || !fi.IsDir() || fi.Sys().(*syscall.Stat_t).Uid != UserID || fi.Sys().(*syscall.Stat_t).Gid != GroupID {
+	if err != nil || !fi.IsDir() || fi.Sys().(*syscall.Stat_t).Uid != account.SandboxUID || fi.Sys().(*syscall.Stat_t).Gid != account.SandboxGID {
 		t.Errorf("home: %v %v", fi, err)
 	}
 	for _, gone := range []string{"dev/null", "var/cache/apt/archives/x.deb", "var/lib/apt/lists/deb_dists_x", "var/lib/apt/lists/partial/y"} {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/account"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
@@ -180,7 +181,7 @@ func TestEnsureAccount(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ensureAccount("etc/passwd", []byte(tt.content), UserName, UserID, passwdLine("/bin/bash"))
+			got, err := ensureAccount("etc/passwd", []byte(tt.content), account.SandboxName, account.SandboxUID, passwdLine("/bin/bash"))
 			if tt.err {
 				if !errors.Is(err, errdefs.ErrFailedPrecondition) {
 					t.Fatalf("err = %v, want ErrFailedPrecondition", err)
@@ -198,11 +199,11 @@ func TestEnsureAccount(t *testing.T) {
 	if n := strings.Count(gshadowLine(), ":"); n != 3 {
 		t.Errorf("gshadow line %q has %d fields, want 4", gshadowLine(), n+1)
 	}
-	got, err := ensureShadow("etc/shadow", []byte("root:*:1::::::\n"), UserName, shadowLine())
+	got, err := ensureShadow("etc/shadow", []byte("root:*:1::::::\n"), account.SandboxName, shadowLine())
 	if err != nil || string(got) != "root:*:1::::::\n"+shadowLine()+"\n" {
 		t.Errorf("ensureShadow = %q, %v", got, err)
 	}
-	got, err = ensureShadow("etc/shadow", got, UserName, shadowLine())
+	got, err = ensureShadow("etc/shadow", got, account.SandboxName, shadowLine())
 	if err != nil || strings.Count(string(got), "user:") != 1 {
 		t.Errorf("second ensureShadow = %q, %v", got, err)
 	}

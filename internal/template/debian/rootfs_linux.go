@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/airlock-sandbox/airlock/internal/account"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
@@ -152,16 +153,16 @@ func addSandboxUser(root *os.Root) error {
 		edit     func(string, []byte) ([]byte, error)
 	}{
 		{"etc/passwd", true, func(n string, b []byte) ([]byte, error) {
-			return ensureAccount(n, b, UserName, UserID, passwdLine(shell))
+			return ensureAccount(n, b, account.SandboxName, account.SandboxUID, passwdLine(shell))
 		}},
 		{"etc/group", true, func(n string, b []byte) ([]byte, error) {
-			return ensureAccount(n, b, UserName, GroupID, groupLine())
+			return ensureAccount(n, b, account.SandboxName, account.SandboxGID, groupLine())
 		}},
 		{"etc/shadow", false, func(n string, b []byte) ([]byte, error) {
-			return ensureShadow(n, b, UserName, shadowLine())
+			return ensureShadow(n, b, account.SandboxName, shadowLine())
 		}},
 		{"etc/gshadow", false, func(n string, b []byte) ([]byte, error) {
-			return ensureShadow(n, b, UserName, gshadowLine())
+			return ensureShadow(n, b, account.SandboxName, gshadowLine())
 		}},
 	}
 	for _, f := range files {
@@ -195,21 +196,21 @@ func addSandboxUser(root *os.Root) error {
 			return fmt.Errorf("debian: %w", stripPath(err))
 		}
 	}
-	home := strings.TrimPrefix(UserHome, "/")
+	home := strings.TrimPrefix(account.SandboxHome, "/")
 	if err := root.MkdirAll(home, 0o755); err != nil {
-		return fmt.Errorf("debian: creating %s: %w", UserHome, stripPath(err))
+		return fmt.Errorf("debian: creating %s: %w", account.SandboxHome, stripPath(err))
 	}
 	fi, err := root.Lstat(home)
 	if err != nil {
 		return fmt.Errorf("debian: %w", stripPath(err))
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("debian: %s is not a directory: %w", UserHome, errdefs.ErrFailedPrecondition)
+		return fmt.Errorf("debian: %s is not a directory: %w", account.SandboxHome, errdefs.ErrFailedPrecondition)
 	}
 	if err := root.Chmod(home, 0o755); err != nil {
 		return fmt.Errorf("debian: %w", stripPath(err))
 	}
-	if err := root.Lchown(home, UserID, GroupID); err != nil {
+	if err := root.Lchown(home, account.SandboxUID, account.SandboxGID); err != nil {
 		return fmt.Errorf("debian: %w", stripPath(err))
 	}
 	return nil

@@ -10,14 +10,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
-// The account sandboxed commands run as, which a built tree gets.
-const (
-	UserName = account.SandboxName
-	UserID   = account.SandboxUID
-	GroupID  = account.SandboxGID
-	UserHome = account.SandboxHome
-)
-
 // maxAccountFileBytes caps the account files read from a built tree.
 const maxAccountFileBytes = 1 << 20
 
@@ -79,13 +71,13 @@ func appendLine(content []byte, line string) []byte {
 // passwdLine, groupLine, shadowLine and gshadowLine are the entries of
 // the sandbox account. The password is locked ("*", "!"): nobody logs in.
 func passwdLine(shell string) string {
-	return fmt.Sprintf("%s:x:%d:%d::%s:%s", UserName, UserID, GroupID, UserHome, shell)
+	return fmt.Sprintf("%s:x:%d:%d::%s:%s", account.SandboxName, account.SandboxUID, account.SandboxGID, account.SandboxHome, shell)
 }
 
-func groupLine() string { return fmt.Sprintf("%s:x:%d:", UserName, GroupID) }
+func groupLine() string { return fmt.Sprintf("%s:x:%d:", account.SandboxName, account.SandboxGID) }
 
 // shadowLine has the nine fields of shadow(5); empty aging fields disable
 // password aging.
-func shadowLine() string { return UserName + ":*:::::::" }
+func shadowLine() string { return account.SandboxName + ":*:::::::" }
 
-func gshadowLine() string { return UserName + ":!::" }
+func gshadowLine() string { return account.SandboxName + ":!::" }
