@@ -150,8 +150,19 @@ func fsEntry(p string, st *unix.Stat_t, target string) *agentv1.EntryInfo {
 	return e
 }
 
-// fsReadlinkAt reads the target of the symlink name in dirfd.
+// fsReadlinkAt reads the target of the symlink name in dirfd. It refuses
+// (ELOOP) procfs's magic links (/proc/<pid>/{fd/*,cwd,root,exe}, ...):
+// read by the agent they would name host paths, pipes and namespaces,
+// which are nothing to follow and nobody's to know; only the plain
+// symlinks at the top of procfs are read.
 func fsReadlinkAt(dirfd int, name string) (string, error) {
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(dirfd, &sfs); err != nil {
+		return "", err
+	}
+	if sfs.Type == unix.PROC_SUPER_MAGIC && !procPlainLinks[name] {
+		return "", unix.ELOOP
+	}
 	buf := make([]byte, 256)
 	for {
 		n, err := unix.Readlinkat(dirfd, name, buf)
@@ -168,6 +179,10 @@ func fsReadlinkAt(dirfd int, name string) (string, error) {
 	}
 }
 
+// procPlainLinks are the symlinks at the top of procfs, which name only
+// other procfs paths.
+var procPlainLinks = map[string]bool{"self": true, "thread-self": true, "mounts": true, "net": true}
+
 // lstatAt describes name in dirfd without following a symlink; p is its
 // sandbox path.
 func fsLstatAt(dirfd int, name, p string) (*agentv1.EntryInfo, error) {
@@ -178,7 +193,9 @@ func fsLstatAt(dirfd int, name, p string) (*agentv1.EntryInfo, error) {
 	target := ""
 	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
 		t, err := fsReadlinkAt(dirfd, name)
-		if err != nil && err != unix.EINVAL { // EINVAL: replaced meanwhile
+		// EINVAL: replaced meanwhile; ELOOP: a magic link, listed
+		// without its target.
+		if err != nil && err != unix.EINVAL && err != unix.ELOOP {
 			return nil, err
 		}
 		target = t

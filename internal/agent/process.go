@@ -52,6 +52,8 @@ type processTable struct {
 	opts   Options
 	log    *slog.Logger
 	reaper *reaper
+	// root resolves working directories inside Options.Root.
+	root *fsResolver
 
 	// Tunables, read under mu.
 	keepalive  time.Duration
@@ -147,8 +149,14 @@ func newProcessTable(a *Agent) (*processTable, error) {
 	if err := cloexecInherited(); err != nil {
 		return nil, err
 	}
+	root, err := newFSResolver(a.opts.Root)
+	if err != nil {
+		return nil, err
+	}
+	t.root = root
 	r, err := newReaper(a.opts.ReapAll)
 	if err != nil {
+		_ = root.close()
 		return nil, err
 	}
 	t.reaper = r
@@ -173,7 +181,7 @@ func (t *processTable) close() error {
 	t.wg.Wait()
 	t.reaper.close()
 	t.sweep()
-	return nil
+	return t.root.close()
 }
 
 // count returns the number of running processes.

@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -38,9 +39,10 @@ type procSpec struct {
 	// otherwise the PATH match, or "" when there is none.
 	path string
 	env  []string
-	// dir is the working directory as a path on the agent's filesystem
-	// (Root joined with the sandbox path).
-	dir        string
+	// dirs are the candidate working directories, sandbox paths tried in
+	// order at fork time (see childDir): the request's cwd alone, or the
+	// agent's Workdir, the user's home and "/".
+	dirs       []string
 	user       User
 	tag        string
 	timeout    time.Duration
@@ -147,24 +149,16 @@ func checkPtySize(sz *agentv1.PtySize) (ptySize, error) {
 	return ptySize{cols: uint16(c), rows: uint16(r)}, nil
 }
 
-// defaultDir returns the host path of the working directory of a process
-// that names none: the agent's Workdir, else home, else "/", the first
-// that is a directory.
-func (t *processTable) defaultDir(home string) string {
+// defaultDirs returns the working directories tried, in order, for a
+// process that names none: the agent's Workdir, else home, else "/".
+func (t *processTable) defaultDirs(home string) []string {
+	dirs := make([]string, 0, 3)
 	for _, d := range []string{t.opts.Workdir, home} {
-		if d == "" {
-			continue
-		}
-		if p := t.hostPath(d); isDir(p) {
-			return p
+		if d != "" {
+			dirs = append(dirs, path.Clean("/"+d))
 		}
 	}
-	return t.hostPath("/")
-}
-
-func isDir(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.IsDir()
+	return append(dirs, "/")
 }
 
 // resolve validates cfg and resolves it against the agent's options: user,
@@ -215,16 +209,16 @@ func (t *processTable) resolve(cfg *agentv1.ProcessConfig) (*procSpec, error) {
 	if home == "" {
 		home = "/"
 	}
+	// The working directory is only named here: it is resolved inside Root,
+	// as the process's user, on the thread that forks (childDir), so that
+	// nothing the sandbox changes in between can redirect it.
 	if cwd := cfg.GetCwd(); cwd != "" {
-		if !filepath.IsAbs(cwd) {
-			cwd = filepath.Join(home, cwd)
+		if !path.IsAbs(cwd) {
+			cwd = path.Join(home, cwd)
 		}
-		spec.dir = t.hostPath(cwd)
-		if fi, err := os.Stat(spec.dir); err != nil || !fi.IsDir() {
-			return nil, invalidf("cwd %q is not a directory", filepath.Clean(cwd))
-		}
+		spec.dirs = []string{path.Clean(cwd)}
 	} else {
-		spec.dir = t.defaultDir(home)
+		spec.dirs = t.defaultDirs(home)
 	}
 
 	env := make(map[string]string, len(t.opts.BaseEnv)+len(cfg.GetEnv())+4)

@@ -125,14 +125,8 @@ func (t *processTable) spawn(spec *procSpec, p *process) (err error) {
 	}
 	pidfd := -1
 	sys.PidFD = &pidfd
-	attr := &syscall.ProcAttr{Dir: spec.dir, Env: spec.env, Files: fds[:], Sys: sys}
-	fork := func() (int, error) {
-		pid, err := syscall.ForkExec(spec.path, spec.argv, attr)
-		if err != nil {
-			return 0, &forkError{err: err}
-		}
-		return pid, nil
-	}
+	attr := &syscall.ProcAttr{Env: spec.env, Files: fds[:], Sys: sys}
+	fork := func() (int, error) { return t.forkAs(spec, attr) }
 	if cg := p.cg; cg != nil {
 		plain := fork
 		fork = func() (int, error) { return cg.Start(sys, plain) }
@@ -147,6 +141,9 @@ func (t *processTable) spawn(spec *procSpec, p *process) (err error) {
 	if err != nil {
 		if fe := (*forkError)(nil); errors.As(err, &fe) {
 			return execFailure(fe.err)
+		}
+		if errdefs.Class(err) == errdefs.ErrInvalidArgument {
+			return err // the working directory
 		}
 		t.log.Warn("start process in its cgroup", "err", err)
 		return fmt.Errorf("start process in its cgroup: %w", errdefs.Class(err))

@@ -40,3 +40,10 @@ func resizePty(*os.File, ptySize) error { return errNoProcesses }
 func resourceSignal(int) bool { return false }
 
 func cloexecInherited() error { return nil }
+
+// fsResolver resolves paths inside Root; not supported off Linux.
+type fsResolver struct{}
+
+func newFSResolver(string) (*fsResolver, error) { return &fsResolver{}, nil }
+
+func (*fsResolver) close() error { return nil }

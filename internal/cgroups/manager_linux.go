@@ -587,14 +587,40 @@ func (s *Sandbox) Delegate() (*Delegation, error) {
 			return nil, err
 		}
 	}
-	d := &Delegation{Version: s.m.l.v, Work: map[string]*os.File{}, Home: map[string]*os.File{}}
+	d := &Delegation{Version: s.m.l.v, Work: map[string]*os.File{}, Home: map[string]*os.File{}, MemoryBudget: s.limits.totalMemory()}
 	for i := range work.dirs {
 		name := work.dirs[i].h.name
-		d.Work[name] = os.NewFile(uintptr(work.dirs[i].fd), "cgroup:"+name+":work")
-		d.Home[name] = os.NewFile(uintptr(home.dirs[i].fd), "cgroup:"+name+":agent")
-		work.dirs[i].fd, home.dirs[i].fd = -1, -1
+		for _, x := range []struct {
+			c    *group
+			m    map[string]*os.File
+			what string
+		}{{work, d.Work, "work"}, {home, d.Home, "agent"}} {
+			fd, err := detachedDir(x.c.dirs[i].fd)
+			if err != nil {
+				d.Close()
+				return nil, sysErr("clone mount of", x.c.where(x.c.dirs[i], "."), err)
+			}
+			x.m[name] = os.NewFile(uintptr(fd), "cgroup:"+name+":"+x.what)
+		}
 	}
 	return d, nil
+}
+
+// detachedDir returns a directory fd of dirfd's directory on a detached
+// bind mount of it (open_tree OPEN_TREE_CLONE): ".." from there stays at
+// the directory, and its /proc fd link names no host path. The agent holds
+// these for the life of the sandbox; a descriptor of the host's cgroup
+// mount would lead anyone who borrows it, through "..", into every cgroup
+// and up the host's mount tree.
+func detachedDir(dirfd int) (int, error) {
+	tree, err := ignoringEINTR(func() (int, error) {
+		return unix.OpenTree(dirfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	})
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(tree)
+	return openDirAt(tree, ".")
 }
 
 // Stats reports what the whole sandbox has used so far.

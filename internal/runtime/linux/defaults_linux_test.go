@@ -58,7 +58,11 @@ func TestTemplateDefaults(t *testing.T) {
 		{"app:staff", "", "1234:50 / /home/app app\n"},
 		{"1500", "/tmp", "1500:0 /tmp / 1500\n"},
 		{"1500:50", "", "1500:50 / / 1500\n"},
-		{"root", "/home/user", "0:0 /home/user /root root\n"},
+		{"root", "/srv/root-work", "0:0 /srv/root-work /root root\n"},
+		// Sandbox root has no capabilities: a WORKDIR it cannot enter
+		// (/home/user is 0750) falls back to its home, as a missing
+		// one does; the working directory resolves as the user.
+		{"root", "/home/user", "0:0 /root /root root\n"},
 		{"user", "/", "1000:1000 / /home/user user\n"},
 		{"1000:staff", "", "1000:50 /home/user /home/user user\n"},
 	}

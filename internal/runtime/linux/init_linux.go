@@ -165,6 +165,9 @@ func serveStage() int {
 	if !ok {
 		return 1
 	}
+	// The configuration is read: its memfd (executable, like every
+	// memfd) has nothing more to give anyone.
+	unix.Close(fdConfig)
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fail(fmt.Errorf("dumpable: %w", err))
 	}

@@ -1,0 +1,198 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// The forking thread.
+//
+// Between fork and execve a child runs Go's fixed code (setsid, the user's
+// ids, chdir, dup2, execve) with a copy of the agent's descriptor table and
+// with the credentials of the thread that forked it. The agent holds every
+// capability of the sandbox's user namespace, and its table holds
+// directories outside the sandbox's root (its delegated cgroups, the
+// writable layer). Two path lookups in that window are the caller's or the
+// sandbox's to choose: the working directory and the executable (with its
+// script or ELF interpreter). With the agent's CAP_SYS_PTRACE and
+// CAP_DAC_OVERRIDE, a cwd of /proc/1/fd/N, /proc/self/fd/N or a symlink to
+// either led a root command into a cgroup directory, and from there into
+// the cgroup's task list and the host's mount tree.
+//
+// So the forking thread first drops from its effective set every capability
+// but the two the child needs to take its user's ids, and takes the user's
+// filesystem ids and groups; it resolves the working directory itself,
+// inside Root with RESOLVE_IN_ROOT|RESOLVE_NO_MAGICLINKS, as that user;
+// and the child enters the directory through its own descriptor. No lookup
+// made for a child can use the agent's privileges or follow a /proc magic
+// link the agent did not pick. Every credential is per thread in Linux; the
+// thread is locked while they differ and gets its own back before it is
+// unlocked (or, should that fail, ends with its goroutine).
+
+// forkCaps are the capabilities the forking thread keeps effective: the
+// child's setgroups, setgid and setuid need them.
+var forkCaps = [...]uint{unix.CAP_SETGID, unix.CAP_SETUID}
+
+// threadCreds are the credentials of the calling thread that forkAs
+// changes, to be restored.
+type threadCreds struct {
+	hdr    unix.CapUserHeader
+	caps   [2]unix.CapUserData
+	groups []int
+	ids    bool // the filesystem ids and groups were changed
+}
+
+// dropToUser narrows the calling (locked) thread's effective capabilities
+// to forkCaps and, with ids, takes u's filesystem ids and groups.
+func dropToUser(u User, ids bool) (*threadCreds, error) {
+	c := &threadCreds{hdr: unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}}
+	if err := unix.Capget(&c.hdr, &c.caps[0]); err != nil {
+		return nil, fmt.Errorf("capget: %w", err)
+	}
+	narrow := c.caps
+	var keep [2]uint32
+	for _, cp := range forkCaps {
+		keep[cp/32] |= 1 << (cp % 32)
+	}
+	for i := range narrow {
+		narrow[i].Effective &= keep[i]
+	}
+	hdr := c.hdr
+	if err := unix.Capset(&hdr, &narrow[0]); err != nil {
+		return nil, fmt.Errorf("capset: %w", err)
+	}
+	if !ids {
+		return c, nil
+	}
+	groups, err := unix.Getgroups()
+	if err != nil {
+		return c, errors.Join(fmt.Errorf("getgroups: %w", err), c.restore())
+	}
+	c.groups, c.ids = groups, true
+	gids := make([]int, len(u.Groups))
+	for i, g := range u.Groups {
+		gids[i] = int(g)
+	}
+	// x/sys/unix makes these calls on the calling thread only (package
+	// syscall would change every thread of the agent).
+	if err := unix.Setgroups(gids); err != nil {
+		return c, errors.Join(fmt.Errorf("setgroups: %w", err), c.restore())
+	}
+	if err := unix.Setfsgid(int(u.GID)); err != nil {
+		return c, errors.Join(fmt.Errorf("setfsgid: %w", err), c.restore())
+	}
+	if err := unix.Setfsuid(int(u.UID)); err != nil {
+		return c, errors.Join(fmt.Errorf("setfsuid: %w", err), c.restore())
+	}
+	return c, nil
+}
+
+// restore gives the thread back the credentials dropToUser found. The
+// filesystem uid goes first: returning it to 0 puts the filesystem
+// capabilities back, and CAP_SETGID was never dropped.
+func (c *threadCreds) restore() error {
+	var errs []error
+	if c.ids {
+		if err := unix.Setfsuid(0); err != nil {
+			errs = append(errs, fmt.Errorf("setfsuid: %w", err))
+		}
+		if err := unix.Setfsgid(0); err != nil {
+			errs = append(errs, fmt.Errorf("setfsgid: %w", err))
+		}
+		if err := unix.Setgroups(c.groups); err != nil {
+			errs = append(errs, fmt.Errorf("setgroups: %w", err))
+		}
+	}
+	hdr := c.hdr
+	if err := unix.Capset(&hdr, &c.caps[0]); err != nil {
+		errs = append(errs, fmt.Errorf("capset: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// forkAs forks and execs spec's process with attr on a thread that holds
+// only the privileges the child needs and spec.user's filesystem ids, in
+// the working directory that childDir resolves as that user. Errors of the
+// fork itself are *forkError; a working directory that does not resolve is
+// an invalid-argument error.
+func (t *processTable) forkAs(spec *procSpec, attr *syscall.ProcAttr) (pid int, err error) {
+	runtime.LockOSThread()
+	creds, err := dropToUser(spec.user, t.opts.SwitchUser)
+	if err != nil {
+		if creds == nil {
+			runtime.UnlockOSThread()
+		}
+		// Otherwise the thread may keep reduced credentials: it stays
+		// locked and ends with its goroutine.
+		return 0, fmt.Errorf("prepare the forking thread: %w", err)
+	}
+	defer func() {
+		if rerr := creds.restore(); rerr != nil {
+			// The thread stays locked, and ends with its goroutine. A
+			// child that started is still reported with its pid.
+			t.log.Error("restore the forking thread's credentials", "err", rerr)
+			if err == nil {
+				err = fmt.Errorf("restore the forking thread: %w", rerr)
+			}
+			return
+		}
+		runtime.UnlockOSThread()
+	}()
+	dir, err := t.childDir(spec)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(dir)
+	// The child enters the directory through its own copy of the
+	// descriptor, after it has taken its user's ids.
+	a := *attr
+	a.Dir = "/proc/self/fd/" + strconv.Itoa(dir)
+	pid, err = syscall.ForkExec(spec.path, spec.argv, &a)
+	if err != nil {
+		return 0, &forkError{err: err}
+	}
+	return pid, nil
+}
+
+// childDir opens spec's working directory (O_PATH, close-on-exec): the
+// first of spec.dirs that resolves inside Root, without /proc magic links,
+// to a directory the calling thread, which has taken the user's
+// filesystem ids, may enter. A request's own cwd has no fallback.
+func (t *processTable) childDir(spec *procSpec) (int, error) {
+	var first error
+	for _, d := range spec.dirs {
+		fd, err := t.root.open(d, unix.O_PATH|unix.O_DIRECTORY)
+		if err == nil {
+			err = unix.Faccessat2(fd, "", unix.X_OK, unix.AT_EMPTY_PATH|unix.AT_EACCESS)
+			if err == nil {
+				return fd, nil
+			}
+			unix.Close(fd)
+		}
+		if first == nil {
+			first = dirError(d, spec.user.Name, err)
+		}
+	}
+	if first == nil {
+		first = invalidf("no working directory")
+	}
+	return -1, first
+}
+
+// dirError explains why the working directory d cannot be used.
+func dirError(d, user string, err error) error {
+	switch {
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
+		return invalidf("cwd %q is not a directory", d)
+	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+		return invalidf("cwd %q is not accessible to user %q", d, user)
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV):
+		return invalidf("cwd %q does not resolve inside the sandbox (a /proc link, or too many symlinks)", d)
+	}
+	return invalidf("cwd %q cannot be used: %v", d, err)
+}
