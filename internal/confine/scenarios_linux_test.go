@@ -225,6 +225,41 @@ var scenarios = map[string]scenario{
 		return tiocsti(1<<32 | unix.TIOCSTI)
 	}},
 
+	// --- harming a process one may signal (the agent, for sandbox root) ---
+	// The targets do not exist, so that the control run, which the filter
+	// does not stop, ends with ESRCH (or EBADF) rather than a crash.
+	"sigqueue_fault": {want: "EPERM", run: func(*scenarioEnv) string {
+		return sys(unix.SYS_RT_SIGQUEUEINFO, noSuchPid, uintptr(unix.SIGSEGV), queuedInfo(unix.SIGSEGV))
+	}},
+	"sigqueue_fault_high_bits": {want: "EPERM", run: func(*scenarioEnv) string {
+		return sys(unix.SYS_RT_SIGQUEUEINFO, noSuchPid, 1<<32|uintptr(unix.SIGBUS), queuedInfo(unix.SIGBUS))
+	}},
+	"tgsigqueue_fault": {want: "EPERM", run: func(*scenarioEnv) string {
+		return sys(unix.SYS_RT_TGSIGQUEUEINFO, noSuchPid, noSuchPid, uintptr(unix.SIGFPE), queuedInfo(unix.SIGFPE))
+	}},
+	"pidfd_send_signal_fault_info": {want: "EPERM", run: func(*scenarioEnv) string {
+		return sys(unix.SYS_PIDFD_SEND_SIGNAL, ^uintptr(0), uintptr(unix.SIGSEGV), queuedInfo(unix.SIGSEGV), 0)
+	}},
+	"pidfd_send_signal_fault_no_info": {want: "EBADF", control: controlNone, run: func(*scenarioEnv) string {
+		return sys(unix.SYS_PIDFD_SEND_SIGNAL, ^uintptr(0), uintptr(unix.SIGSEGV), 0, 0)
+	}},
+	"fsetsig_fault": {want: "EPERM", run: func(*scenarioEnv) string {
+		return fSetSig(unix.SIGSEGV)
+	}},
+	"fsetsig_sigio": {want: "ok", control: controlNone, run: func(*scenarioEnv) string {
+		return fSetSig(unix.SIGIO)
+	}},
+	"prlimit_other": {want: "EPERM", run: func(*scenarioEnv) string {
+		lim := unix.Rlimit{Cur: 8, Max: 8}
+		return sys(unix.SYS_PRLIMIT64, noSuchPid, unix.RLIMIT_NOFILE, uintptr(unsafe.Pointer(&lim)), 0)
+	}},
+	"own_limits_and_reading_others": {want: "ok", control: controlNone, run: func(*scenarioEnv) string {
+		return ownLimits(int(siblingPid()))
+	}},
+	"signals_between_processes": {want: "ok", control: controlNone, run: func(*scenarioEnv) string {
+		return signalsBetweenProcesses()
+	}},
+
 	// --- process state ---
 	"status": {want: "ok", run: func(*scenarioEnv) string {
 		return checkAllThreads(func(st State) error {

@@ -80,11 +80,12 @@ func seccompPolicy(goarch string) (*seccomp.Policy, error) {
 // on. go-seccomp-bpf only assembles for runtime.GOARCH; its program starts by
 // refusing foreign architectures (EPERM) and, on amd64, the x32 ABI (ENOSYS).
 //
-// In front of it goes a short hand-written prefix that refuses the
-// terminal-injection ioctls. go-seccomp-bpf compares all 64 bits of an
-// argument, but the kernel truncates ioctl's request to 32 bits, so a
+// In front of it goes a prefix that applies argDenials. go-seccomp-bpf
+// compares all 64 bits of an argument, but the kernel truncates int
+// parameters (ioctl's request, a signal number, a pid) to 32 bits, so a
 // comparison of the full value could be bypassed by setting high bits
-// (CVE-2019-10063); the prefix compares the low 32 bits only.
+// (CVE-2019-10063); the prefix compares the low 32 bits where the kernel
+// does.
 func seccompProgram() ([]bpf.Instruction, error) {
 	info, err := archInfo(runtime.GOARCH)
 	if err != nil {
@@ -98,29 +99,120 @@ func seccompProgram() ([]bpf.Instruction, error) {
 	if err != nil {
 		return nil, fmt.Errorf("confine: assemble seccomp filter: %v: %w", err, errdefs.ErrInternal)
 	}
-	nr, ok := info.SyscallNames["ioctl"]
-	if !ok {
-		return nil, fmt.Errorf("confine: no ioctl on %s: %w", info.Name, errdefs.ErrInternal)
-	}
-	// Offset of the low half of args[1] in seccomp_data.
-	requestLo := uint32(dataArgs + 8*1)
-	if binary.NativeEndian.Uint16([]byte{0, 1}) == 1 { // big endian
-		requestLo += 4
-	}
-	prefix := []bpf.Instruction{
-		/* 0 */ bpf.LoadAbsolute{Off: dataArch, Size: 4},
-		/* 1 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(info.ID), SkipTrue: 6}, // -> 8
-		/* 2 */ bpf.LoadAbsolute{Off: dataNR, Size: 4},
-		/* 3 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(nr), SkipTrue: 4}, // -> 8
-		/* 4 */ bpf.LoadAbsolute{Off: requestLo, Size: 4},
-		/* 5 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: ioctlTIOCSTI, SkipTrue: 1}, // -> 7
-		/* 6 */ bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: ioctlTIOCLINUX, SkipTrue: 1}, // -> 8
-		/* 7 */ bpf.RetConstant{Val: retErrno | errEPERM},
-		// 8: go-seccomp-bpf's program, which reloads what it needs.
+	prefix, err := denialPrefix(info, argDenials)
+	if err != nil {
+		return nil, err
 	}
 	prog := append(prefix, body...)
 	if len(prog) > 4096 { // BPF_MAXINSNS
 		return nil, fmt.Errorf("confine: seccomp filter has %d instructions: %w", len(prog), errdefs.ErrInternal)
 	}
 	return prog, nil
+}
+
+// denialPrefix compiles denials into BPF that returns EPERM for a call one
+// of them refuses and otherwise falls through to whatever follows it:
+//
+//	ld arch; jne native -> end
+//	for each denial:
+//	    ld nr; jne nr(name) -> next
+//	    for each test: load the argument's words; jump -> next unless it holds
+//	    ret EPERM
+//	next:
+//	end:
+func denialPrefix(info *arch.Info, denials []argDenial) ([]bpf.Instruction, error) {
+	// Offsets of the two halves of argument i in seccomp_data.
+	lo := func(i int) uint32 { return uint32(dataArgs + 8*i) }
+	hi := func(i int) uint32 { return uint32(dataArgs + 8*i + 4) }
+	if binary.NativeEndian.Uint16([]byte{0, 1}) == 1 { // big endian
+		lo, hi = hi, lo
+	}
+	var a bpfAsm
+	end := a.newLabel()
+	a.emit(bpf.LoadAbsolute{Off: dataArch, Size: 4})
+	a.jumpIf(bpf.JumpNotEqual, uint32(info.ID), end)
+	for _, d := range denials {
+		nr, ok := info.SyscallNames[d.name]
+		if !ok {
+			return nil, fmt.Errorf("confine: no %s on %s: %w", d.name, info.Name, errdefs.ErrInternal)
+		}
+		next := a.newLabel()
+		a.emit(bpf.LoadAbsolute{Off: dataNR, Size: 4})
+		a.jumpIf(bpf.JumpNotEqual, uint32(nr), next)
+		for _, t := range d.tests {
+			if t.arg < 0 || t.arg > 5 {
+				return nil, fmt.Errorf("confine: %s: argument %d: %w", d.name, t.arg, errdefs.ErrInternal)
+			}
+			a.emit(bpf.LoadAbsolute{Off: lo(t.arg), Size: 4})
+			switch t.kind {
+			case lowIn:
+				if len(t.values) == 0 {
+					return nil, fmt.Errorf("confine: %s: empty value set: %w", d.name, errdefs.ErrInternal)
+				}
+				holds := a.newLabel()
+				last := len(t.values) - 1
+				for _, v := range t.values[:last] {
+					a.jumpIf(bpf.JumpEqual, v, holds)
+				}
+				a.jumpIf(bpf.JumpNotEqual, t.values[last], next)
+				a.place(holds)
+			case lowNonzero:
+				a.jumpIf(bpf.JumpEqual, 0, next)
+			case nonzero:
+				holds := a.newLabel()
+				a.jumpIf(bpf.JumpNotEqual, 0, holds)
+				a.emit(bpf.LoadAbsolute{Off: hi(t.arg), Size: 4})
+				a.jumpIf(bpf.JumpEqual, 0, next)
+				a.place(holds)
+			default:
+				return nil, fmt.Errorf("confine: %s: test kind %d: %w", d.name, t.kind, errdefs.ErrInternal)
+			}
+		}
+		a.emit(bpf.RetConstant{Val: retErrno | errEPERM})
+		a.place(next)
+	}
+	a.place(end)
+	return a.finish()
+}
+
+// bpfAsm assembles classic BPF with forward jumps to labels.
+type bpfAsm struct {
+	ins    []bpf.Instruction
+	labels []int // instruction index of each label; -1 until placed
+	jumps  []labelJump
+}
+
+// labelJump is a JumpIf at index at whose true branch goes to label.
+type labelJump struct{ at, label int }
+
+func (a *bpfAsm) newLabel() int {
+	a.labels = append(a.labels, -1)
+	return len(a.labels) - 1
+}
+
+// place puts label l at the next instruction.
+func (a *bpfAsm) place(l int) { a.labels[l] = len(a.ins) }
+
+func (a *bpfAsm) emit(i bpf.Instruction) { a.ins = append(a.ins, i) }
+
+// jumpIf jumps to label l when `A cond val`, and falls through otherwise.
+func (a *bpfAsm) jumpIf(cond bpf.JumpTest, val uint32, l int) {
+	a.jumps = append(a.jumps, labelJump{at: len(a.ins), label: l})
+	a.emit(bpf.JumpIf{Cond: cond, Val: val})
+}
+
+// finish resolves the jumps; every label must be placed and within reach
+// of a conditional jump (255 instructions).
+func (a *bpfAsm) finish() ([]bpf.Instruction, error) {
+	for _, j := range a.jumps {
+		to := a.labels[j.label]
+		skip := to - j.at - 1
+		if to < 0 || skip < 0 || skip > 255 {
+			return nil, fmt.Errorf("confine: seccomp prefix: jump from %d to label %d at %d: %w", j.at, j.label, to, errdefs.ErrInternal)
+		}
+		ji := a.ins[j.at].(bpf.JumpIf)
+		ji.SkipTrue = uint8(skip)
+		a.ins[j.at] = ji
+	}
+	return a.ins, nil
 }

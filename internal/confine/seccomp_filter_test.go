@@ -72,8 +72,16 @@ func TestAllowlistTables(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(rules) != len(names)+5 || rules[0].Name != "ioctl" || rules[0].Action != ActionEPERM {
+			if len(rules) != len(argDenials)+len(names)+4 || rules[0].Name != "ioctl" || rules[0].Action != ActionEPERM {
 				t.Errorf("SeccompRules: %d rules, first %+v", len(rules), rules[0])
+			}
+			for i, d := range argDenials {
+				if r := rules[i]; r.Name != d.name || r.Action != ActionEPERM || r.Condition == "" {
+					t.Errorf("rule %d = %+v, want the denial of %s", i, r, d.name)
+				}
+				if !seen[d.name] {
+					t.Errorf("%s is denied by argument but not allowed otherwise", d.name)
+				}
 			}
 		})
 	}
@@ -224,6 +232,51 @@ func TestFilterArguments(t *testing.T) {
 		{"FIONREAD", "ioctl", []uint64{0, 0x541B}, wantAllow},
 		{"fd equal to TIOCSTI", "ioctl", []uint64{0x5412, 0x5413}, wantAllow},
 		{"read", "read", nil, wantAllow},
+
+		// Signals whose si_code the sender chooses: refused for the fault
+		// signals a runtime takes for its own faults, whatever the
+		// target (the filter cannot tell the agent from anyone else).
+		{"sigqueue SIGSEGV", "rt_sigqueueinfo", []uint64{1, 11, 0x1000}, wantEPERM},
+		{"sigqueue SIGBUS", "rt_sigqueueinfo", []uint64{1, 7, 0x1000}, wantEPERM},
+		{"sigqueue SIGFPE", "rt_sigqueueinfo", []uint64{1, 8, 0x1000}, wantEPERM},
+		{"sigqueue SIGILL", "rt_sigqueueinfo", []uint64{1, 4, 0x1000}, wantEPERM},
+		{"sigqueue SIGTRAP", "rt_sigqueueinfo", []uint64{1, 5, 0x1000}, wantEPERM},
+		{"sigqueue SIGSTKFLT", "rt_sigqueueinfo", []uint64{1, 16, 0x1000}, wantEPERM},
+		{"sigqueue SIGSYS", "rt_sigqueueinfo", []uint64{1, 31, 0x1000}, wantEPERM},
+		{"sigqueue SIGSEGV high bits", "rt_sigqueueinfo", []uint64{1, 1<<32 | 11, 0x1000}, wantEPERM},
+		{"sigqueue SIGSEGV to self", "rt_sigqueueinfo", []uint64{0, 11, 0x1000}, wantEPERM},
+		{"sigqueue SIGTERM", "rt_sigqueueinfo", []uint64{1, 15, 0x1000}, wantAllow},
+		{"sigqueue SIGUSR1", "rt_sigqueueinfo", []uint64{42, 10, 0x1000}, wantAllow},
+		{"sigqueue SIGRTMIN+3", "rt_sigqueueinfo", []uint64{42, 37, 0x1000}, wantAllow},
+		{"sigqueue pid equal to SIGSEGV", "rt_sigqueueinfo", []uint64{11, 10, 11}, wantAllow},
+		{"tgsigqueue SIGSEGV", "rt_tgsigqueueinfo", []uint64{1, 7, 11, 0x1000}, wantEPERM},
+		{"tgsigqueue SIGBUS high bits", "rt_tgsigqueueinfo", []uint64{1, 7, 0xffffffff_00000007, 0x1000}, wantEPERM},
+		{"tgsigqueue SIGUSR2", "rt_tgsigqueueinfo", []uint64{1, 7, 12, 0x1000}, wantAllow},
+		{"tgsigqueue tid equal to SIGSEGV", "rt_tgsigqueueinfo", []uint64{11, 11, 10, 0x1000}, wantAllow},
+		{"pidfd SIGSEGV with info", "pidfd_send_signal", []uint64{3, 11, 0x1000, 0}, wantEPERM},
+		{"pidfd SIGSEGV with info above 4 GiB", "pidfd_send_signal", []uint64{3, 11, 1 << 32, 0}, wantEPERM},
+		{"pidfd SIGSEGV high bits with info", "pidfd_send_signal", []uint64{3, 1<<32 | 11, 0x1000, 0}, wantEPERM},
+		{"pidfd SIGSEGV without info", "pidfd_send_signal", []uint64{3, 11, 0, 0}, wantAllow},
+		{"pidfd SIGTERM with info", "pidfd_send_signal", []uint64{3, 15, 0x1000, 0}, wantAllow},
+		{"pidfd SIGKILL", "pidfd_send_signal", []uint64{3, 9, 0, 0}, wantAllow},
+		{"kill SIGSEGV (SI_USER)", "kill", []uint64{1, 11}, wantAllow},
+		{"tgkill SIGSEGV (SI_TKILL)", "tgkill", []uint64{1, 1, 11}, wantAllow},
+		{"F_SETSIG SIGSEGV", "fcntl", []uint64{3, fcntlSETSIG, 11}, wantEPERM},
+		{"F_SETSIG SIGSYS high bits", "fcntl", []uint64{3, 1<<32 | fcntlSETSIG, 1<<32 | 31}, wantEPERM},
+		{"F_SETSIG SIGIO", "fcntl", []uint64{3, fcntlSETSIG, 29}, wantAllow},
+		{"F_SETSIG default", "fcntl", []uint64{3, fcntlSETSIG, 0}, wantAllow},
+		{"F_SETOWN pid 11", "fcntl", []uint64{3, 8, 11}, wantAllow},
+		{"F_GETFL", "fcntl", []uint64{3, 3, 0}, wantAllow},
+
+		// Limits: only one's own may change.
+		{"prlimit other process", "prlimit64", []uint64{1, 7, 0x1000, 0}, wantEPERM},
+		{"prlimit other process new above 4 GiB", "prlimit64", []uint64{1, 7, 1 << 32, 0x2000}, wantEPERM},
+		{"prlimit negative pid", "prlimit64", []uint64{0xffffffff_ffffffff, 7, 0x1000, 0}, wantEPERM},
+		{"prlimit self", "prlimit64", []uint64{0, 7, 0x1000, 0x2000}, wantAllow},
+		{"prlimit self high bits", "prlimit64", []uint64{1 << 32, 7, 0x1000, 0}, wantAllow},
+		{"prlimit read other process", "prlimit64", []uint64{1, 7, 0, 0x2000}, wantAllow},
+		{"setrlimit", "setrlimit", []uint64{7, 0x1000}, wantAllow},
+		{"ioctl after the other denials", "ioctl", []uint64{0, 0x5412}, wantEPERM},
 		{"ptrace", "ptrace", []uint64{0}, wantEPERM},
 		{"io_uring_setup", "io_uring_setup", []uint64{1}, wantEPERM},
 		{"mount", "mount", nil, wantEPERM},

@@ -106,6 +106,75 @@ const (
 	ioctlTIOCLINUX = 0x541C
 )
 
+// faultSignals are the signals a runtime takes for a fault of its own
+// (SIGILL, SIGTRAP, SIGBUS, SIGFPE, SIGSEGV, SIGSTKFLT, SIGSYS) when their
+// si_code is not SI_USER or SI_TKILL: the Go runtime then panics or throws
+// whatever handler the program installed, so a queued SIGSEGV crashes the
+// agent (PID 1). kill and tgkill always send SI_USER or SI_TKILL; the
+// calls that let the sender choose si_code (rt_sigqueueinfo,
+// rt_tgsigqueueinfo, pidfd_send_signal with a siginfo) or have the kernel
+// send a signal of the sender's choosing with a POLL_* code (fcntl
+// F_SETSIG, then F_SETOWN to another process) are refused for these
+// signals. These are exactly the entries of Go's signal table
+// (runtime/sigtab_linux_generic.go) that have no _SigNotify flag but throw
+// or panic.
+var faultSignals = []uint32{4, 5, 7, 8, 11, 16, 31}
+
+// fcntlSETSIG is F_SETSIG: the signal sent when I/O is possible on a file
+// whose owner (F_SETOWN) may be another process.
+const fcntlSETSIG = 10
+
+// argKind is what an argTest checks.
+type argKind int
+
+const (
+	// lowIn holds when the low 32 bits of the argument are one of values.
+	// System calls whose parameter is an int (a signal, a pid, an fcntl or
+	// ioctl command) see only those bits, so a test of all 64 could be
+	// dodged by setting high bits.
+	lowIn argKind = iota
+	// lowNonzero holds when the low 32 bits are not 0.
+	lowNonzero
+	// nonzero holds when any of the 64 bits is set (a pointer is not NULL).
+	nonzero
+)
+
+// argTest is one test on a system call argument.
+type argTest struct {
+	arg    int // index of the argument, 0..5
+	kind   argKind
+	values []uint32 // for lowIn
+}
+
+// argDenial refuses a system call with EPERM when all its tests hold.
+// Denials are checked before the allowlist, so a call they refuse fails
+// even though its name is allowed.
+type argDenial struct {
+	name      string
+	tests     []argTest
+	condition string // for SeccompRules
+}
+
+// argDenials refuse, whatever the caller's uid, the argument values that
+// let a sandboxed process harm a process it may signal or whose limits it
+// may change — the agent above all: sandbox root has the agent's uid.
+var argDenials = []argDenial{
+	{name: "ioctl", tests: []argTest{{arg: 1, kind: lowIn, values: []uint32{ioctlTIOCSTI, ioctlTIOCLINUX}}},
+		condition: fmt.Sprintf("low 32 bits of request == TIOCSTI (%#x) or TIOCLINUX (%#x)", ioctlTIOCSTI, ioctlTIOCLINUX)},
+	{name: "rt_sigqueueinfo", tests: []argTest{{arg: 1, kind: lowIn, values: faultSignals}},
+		condition: fmt.Sprintf("low 32 bits of sig in %v (fault signals)", faultSignals)},
+	{name: "rt_tgsigqueueinfo", tests: []argTest{{arg: 2, kind: lowIn, values: faultSignals}},
+		condition: fmt.Sprintf("low 32 bits of sig in %v (fault signals)", faultSignals)},
+	{name: "pidfd_send_signal", tests: []argTest{{arg: 1, kind: lowIn, values: faultSignals}, {arg: 2, kind: nonzero}},
+		condition: fmt.Sprintf("low 32 bits of sig in %v (fault signals) and info != NULL", faultSignals)},
+	{name: "fcntl", tests: []argTest{{arg: 1, kind: lowIn, values: []uint32{fcntlSETSIG}}, {arg: 2, kind: lowIn, values: faultSignals}},
+		condition: fmt.Sprintf("low 32 bits of cmd == F_SETSIG and of the signal in %v (fault signals)", faultSignals)},
+	// Reading another process's limits (new_rlim NULL) stays allowed, as
+	// does changing one's own (pid 0; setrlimit).
+	{name: "prlimit64", tests: []argTest{{arg: 0, kind: lowNonzero}, {arg: 2, kind: nonzero}},
+		condition: "low 32 bits of pid != 0 and new_rlim != NULL (another process's limits)"},
+}
+
 // deniedSyscalls must never be allowed by the filter; the tests check the
 // tables against it. It is not used to build the filter (which is an
 // allowlist), only to keep the allowlist honest.
@@ -150,10 +219,11 @@ func SeccompRules(goarch string) ([]SyscallRule, error) {
 	if err != nil {
 		return nil, err
 	}
-	rules := []SyscallRule{
-		{Name: "ioctl", Action: ActionEPERM, Condition: fmt.Sprintf("low 32 bits of request == TIOCSTI (%#x) or TIOCLINUX (%#x)", ioctlTIOCSTI, ioctlTIOCLINUX)},
-		{Name: "clone3", Action: ActionENOSYS},
+	var rules []SyscallRule
+	for _, d := range argDenials {
+		rules = append(rules, SyscallRule{Name: d.name, Action: ActionEPERM, Condition: d.condition})
 	}
+	rules = append(rules, SyscallRule{Name: "clone3", Action: ActionENOSYS})
 	for _, name := range allow {
 		rules = append(rules, SyscallRule{Name: name, Action: ActionAllow})
 	}
@@ -166,8 +236,9 @@ func SeccompRules(goarch string) ([]SyscallRule, error) {
 }
 
 // AllowedSyscalls returns, sorted, the system calls the filter allows
-// unconditionally on goarch ("amd64" or "arm64"). ioctl is listed although
-// two requests are refused (see SeccompRules).
+// unconditionally on goarch ("amd64" or "arm64"). Calls some of whose
+// arguments are refused (ioctl, rt_sigqueueinfo, prlimit64, ...; see
+// SeccompRules) are listed too.
 func AllowedSyscalls(goarch string) ([]string, error) {
 	var extra []string
 	switch goarch {

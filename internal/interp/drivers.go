@@ -18,13 +18,16 @@ import (
 // full root filesystems work the same.
 //
 // Protocol. The daemon starts the driver as a background process with an
-// open stdin and the environment variables AIRLOCK_INTERP_NONCE (random,
-// per process), AIRLOCK_INTERP_MAX_OUTPUT (characters of stdout plus
-// stderr per cell), AIRLOCK_INTERP_MAX_TEXT (characters per text field of
-// a result) and AIRLOCK_INTERP_MAX_IMAGE (bytes per image), which the
-// driver removes from its environment before running any cell.
+// open stdin and the environment variables AIRLOCK_INTERP_MAX_OUTPUT
+// (characters of stdout plus stderr per cell), AIRLOCK_INTERP_MAX_TEXT
+// (characters per text field of a result) and AIRLOCK_INTERP_MAX_IMAGE
+// (bytes per image), which the driver removes from its environment before
+// running any cell. The first line on stdin is the nonce (random, per
+// process, lowercase hex); the driver sends nothing before it has read it.
+// The nonce is never in the environment: /proc/PID/environ shows the
+// environment a process started with, whatever it removes later.
 //
-// Commands go to the driver's stdin, one per cell. For javascript a JSON
+// Commands follow on the driver's stdin, one per cell. For javascript a JSON
 // line {"id":N,"code":"...","env":{...}}. For python a line
 // "N COUNT CODELEN", COUNT times a line "KEYLEN VALUELEN" followed by the
 // key and the value, then the code (lengths in bytes): the driver parses
@@ -50,9 +53,21 @@ import (
 // writes, at any level, can break a frame, and stdout and stderr keep
 // their relative order. The JavaScript driver replaces process.stdout,
 // process.stderr and console; child processes that inherit fds 1 and 2
-// write raw output. The bash driver leaves output raw. Only one who knows
-// the nonce can forge a frame, and the nonce is removed from the
-// environment before user code runs.
+// write raw output. The bash driver leaves output raw.
+//
+// Only one who knows the nonce can forge a frame. It is in no process's
+// environment, and no descriptor a cell's child inherits carries it: the
+// command pipe (which the bash and JavaScript drivers let children
+// inherit) held it only as its first line, read before any cell runs, and
+// the Python driver's own descriptors are close-on-exec. What the nonce does not stop is the cell itself: it runs
+// in the driver's process (bash's cell even in its shell), so it can find
+// the nonce in the driver's memory and write frames, as could any process
+// of the sandbox able to read that memory (/proc/PID/mem of a process
+// with the same uid). That is no more than a cell can do with display(),
+// and the sandbox may replace the interpreter anyway: the daemon treats
+// every frame as untrusted input (size caps, cell ids checked). The nonce
+// keeps what a cell prints or reads, and what its programs write, from
+// being taken for frames.
 
 //go:embed drivers/python.py
 var pythonDriver string

@@ -123,8 +123,11 @@ func (c *codeContext) start(ctx context.Context) (*kernel, error) {
 	env := make(map[string]string, len(sb.Env)+len(c.env)+4)
 	maps.Copy(env, sb.Env)
 	maps.Copy(env, c.env)
+	// The nonce goes to the driver as the first line of its stdin, never
+	// in its environment: /proc/PID/environ keeps the environment the
+	// process started with whatever the driver removes, and children
+	// inherit what it does not.
 	nonce := newNonce()
-	env["AIRLOCK_INTERP_NONCE"] = nonce
 	env["AIRLOCK_INTERP_MAX_OUTPUT"] = strconv.Itoa(m.lim.MaxOutputBytes)
 	env["AIRLOCK_INTERP_MAX_TEXT"] = strconv.Itoa(m.lim.MaxTextBytes)
 	env["AIRLOCK_INTERP_MAX_IMAGE"] = strconv.Itoa(m.lim.MaxImageBytes)
@@ -162,6 +165,16 @@ func (c *codeContext) start(ctx context.Context) (*kernel, error) {
 	}
 	k.pid = p.PID
 	k.watch(c, p)
+	sendCtx, cancelSend := context.WithTimeout(sctx, m.lim.StartTimeout)
+	err = k.send(sendCtx, []byte(nonce+"\n"))
+	cancelSend()
+	if err != nil && !k.isExited() { // an exit is explained below
+		k.kill()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("start %s context: %w", c.lang, ctxErr(ctx))
+		}
+		return nil, fmt.Errorf("start %s context: send the nonce: %w", c.lang, err)
+	}
 	timer := time.NewTimer(m.lim.StartTimeout)
 	defer timer.Stop()
 	select {

@@ -1,18 +1,21 @@
 # Airlock code-context driver for bash.
 #
 # Started by the daemon as `bash --noprofile --norc -c <this file>` with
-# stdin open. Each command on stdin is a header line "ID NENV", NENV
-# "NAME=VALUE" strings each ended by a NUL byte, and the code ended by a NUL
-# byte. The code is sourced in this shell, so variables, functions, the
+# stdin open. The first line on stdin is the frame nonce; each command
+# after it is a header line "ID NENV", NENV "NAME=VALUE" strings each ended
+# by a NUL byte, and the code ended by a NUL byte. The code is sourced in this shell, so variables, functions, the
 # working directory and options persist between cells. Output is raw on
 # fds 1 and 2; the end of a cell is a frame on both:
 # "\x1e" NONCE " " JSON "\n". An interrupt (SIGINT to the process group)
 # stops the foreground command and, through the DEBUG trap, unwinds the
 # cell's functions and the sourced code. `exit` in a cell ends the cell
 # with that status, not the shell (`builtin exit` ends the shell).
-__airlock_nonce=$AIRLOCK_INTERP_NONCE
-unset AIRLOCK_INTERP_NONCE AIRLOCK_INTERP_MAX_OUTPUT AIRLOCK_INTERP_MAX_TEXT AIRLOCK_INTERP_MAX_IMAGE
+unset AIRLOCK_INTERP_MAX_OUTPUT AIRLOCK_INTERP_MAX_TEXT AIRLOCK_INTERP_MAX_IMAGE
 exec {__airlock_in}<&0 </dev/null
+# The nonce is the first line on stdin, never in the environment (see
+# drivers.go). It is not exported.
+IFS= read -r -u "$__airlock_in" __airlock_nonce || builtin exit 2
+[[ $__airlock_nonce =~ ^[0-9a-f]+$ ]] || builtin exit 2
 __airlock_two() { return 2; }
 shopt -s extdebug
 set -T

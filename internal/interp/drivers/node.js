@@ -1,9 +1,9 @@
 // Airlock code-context driver for Node.js (standard library only).
 //
 // Started by the daemon as `node --expose-internals -e <this file>` with
-// stdin open. It reads one JSON command per line from stdin and runs each as
-// a cell in the main realm (vm.Script.runInThisContext), so declarations
-// persist between cells; top-level await uses Node's own REPL rewriting.
+// stdin open. It reads the frame nonce (the first line on stdin), then one
+// JSON command per line, and runs each as a cell in the main realm
+// (vm.Script.runInThisContext), so declarations persist between cells; top-level await uses Node's own REPL rewriting.
 // Frames are written straight to fd 1: "\x1e" NONCE " " JSON "\n".
 // process.stdout, process.stderr and console are replaced so that what the
 // cell writes becomes frames, in order; what child processes write to the
@@ -20,15 +20,15 @@
   const { StringDecoder } = require('string_decoder');
 
   const env = process.env;
-  const nonce = env.AIRLOCK_INTERP_NONCE || '';
   const maxOut = parseInt(env.AIRLOCK_INTERP_MAX_OUTPUT || '1048576', 10);
   const maxText = parseInt(env.AIRLOCK_INTERP_MAX_TEXT || '1048576', 10);
   const maxImage = parseInt(env.AIRLOCK_INTERP_MAX_IMAGE || '8388608', 10);
-  delete env.AIRLOCK_INTERP_NONCE;
   delete env.AIRLOCK_INTERP_MAX_OUTPUT;
   delete env.AIRLOCK_INTERP_MAX_TEXT;
   delete env.AIRLOCK_INTERP_MAX_IMAGE;
-  const prefix = '\x1e' + nonce + ' ';
+  // The nonce is the first line on stdin, never in the environment (see
+  // drivers.go); nothing is sent before it has arrived.
+  let prefix = null;
 
   let processTopLevelAwait = null;
   try {
@@ -248,6 +248,14 @@
   cmdIn.on('data', (chunk) => {
     buf += chunk;
     let i;
+    if (prefix === null) {
+      if ((i = buf.indexOf('\n')) < 0) return;
+      const nonce = buf.slice(0, i).trim();
+      buf = buf.slice(i + 1);
+      if (!/^[0-9a-f]+$/.test(nonce)) process.exit(2);
+      prefix = '\x1e' + nonce + ' ';
+      send({ t: 'ready', lang: 'javascript', version: process.version, pid: process.pid });
+    }
     while ((i = buf.indexOf('\n')) >= 0) {
       const line = buf.slice(0, i);
       buf = buf.slice(i + 1);
@@ -260,5 +268,4 @@
     drain();
   });
   cmdIn.on('end', () => process.exit(0));
-  send({ t: 'ready', lang: 'javascript', version: process.version, pid: process.pid });
 })();

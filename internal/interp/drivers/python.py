@@ -1,8 +1,9 @@
 # Airlock code-context driver for Python 3 (standard library only).
 #
 # Started by the daemon as `python3 -c <this file>` with stdin open. It reads
-# commands from its original stdin and runs each as a cell in one persistent
-# namespace. A command is a line "ID NENV CODELEN", then NENV times a line
+# the frame nonce (one line) and then commands from its original stdin and
+# runs each as a cell in one persistent namespace. A command is a line
+# "ID NENV CODELEN", then NENV times a line
 # "KEYLEN VALUELEN" followed by the key and value bytes, then CODELEN bytes
 # of code (UTF-8; lengths in bytes). Frames go out on private duplicates of the
 # original stdout (everything) and stderr (end markers only), each frame a
@@ -30,20 +31,27 @@ def _airlock_main():
     import time
 
     env = os.environ
-    nonce = env.pop("AIRLOCK_INTERP_NONCE", "")
     max_out = int(env.pop("AIRLOCK_INTERP_MAX_OUTPUT", "1048576"))
     max_text = int(env.pop("AIRLOCK_INTERP_MAX_TEXT", "1048576"))
     max_image = int(env.pop("AIRLOCK_INTERP_MAX_IMAGE", "8388608"))
     # Charts render off screen, whatever the environment says.
     env["MPLBACKEND"] = "Agg"
-    prefix = ("\x1e" + nonce + " ").encode()
 
+    # Private, close-on-exec duplicates (os.dup makes non-inheritable
+    # descriptors): what the cell starts inherits none of them.
     cmd_fd = os.dup(0)
     frames_fd = os.dup(1)
     aux_fd = os.dup(2)
     nul = os.open(os.devnull, os.O_RDONLY)
     os.dup2(nul, 0)
     os.close(nul)
+    # The nonce is the first line of the commands, never in the
+    # environment (see drivers.go).
+    cmds = os.fdopen(cmd_fd, "rb", buffering=1 << 16)
+    nonce = cmds.readline().strip()
+    if not nonce or not all(c in b"0123456789abcdef" for c in nonce):
+        os._exit(2)
+    prefix = b"\x1e" + nonce + b" "
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     wake_r, wake_w = os.pipe()
@@ -521,7 +529,6 @@ def _airlock_main():
         return b.decode("utf-8", "surrogateescape")
 
     send({"t": "ready", "lang": "python", "version": sys.version.split()[0], "pid": os.getpid()})
-    cmds = os.fdopen(cmd_fd, "rb", buffering=1 << 16)
     try:
         while True:
             head = cmds.readline().split()

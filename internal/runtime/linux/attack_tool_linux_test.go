@@ -239,6 +239,82 @@ var attacks = map[string]func() error{
 		c.Close()
 		return nil
 	},
+	// Sandbox root has the agent's uid, so the kernel lets it signal the
+	// agent and change its limits. The agent swallows every signal it can
+	// (SI_USER and SI_TKILL ones included), but the Go runtime takes a
+	// fault signal with any other si_code for a fault of its own and
+	// crashes; a lowered limit makes every later exec fail. The filter
+	// refuses the calls that do either.
+	"sigqueue-segv-agent": func() error {
+		return errnoErr(unix.Syscall(unix.SYS_RT_SIGQUEUEINFO, 1, uintptr(unix.SIGSEGV), queuedSiginfo(unix.SIGSEGV)))
+	},
+	"tgsigqueue-segv-agent": func() error {
+		// Every thread of the agent: a fault on one crashes them all.
+		err := error(unix.ESRCH)
+		for _, tid := range agentThreads() {
+			if err = errnoErr(unix.Syscall6(unix.SYS_RT_TGSIGQUEUEINFO, 1, uintptr(tid), uintptr(unix.SIGBUS), queuedSiginfo(unix.SIGBUS), 0, 0)); err == nil {
+				return nil
+			}
+		}
+		return err
+	},
+	"pidfd-send-signal-info": func() error {
+		pidfd, err := unix.PidfdOpen(1, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(pidfd)
+		return errnoErr(unix.Syscall6(unix.SYS_PIDFD_SEND_SIGNAL, uintptr(pidfd), uintptr(unix.SIGSEGV), queuedSiginfo(unix.SIGSEGV), 0, 0, 0))
+	},
+	"fsetsig-segv-agent": func() error {
+		// The kernel sends the F_SETSIG signal to the F_SETOWN owner with
+		// si_code POLL_IN when the pipe becomes readable.
+		var p [2]int
+		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+			return err
+		}
+		defer unix.Close(p[0])
+		defer unix.Close(p[1])
+		if _, err := unix.FcntlInt(uintptr(p[0]), unix.F_SETOWN, 1); err != nil {
+			return err
+		}
+		if _, err := unix.FcntlInt(uintptr(p[0]), unix.F_SETSIG, int(unix.SIGSEGV)); err != nil {
+			return err
+		}
+		if _, err := unix.FcntlInt(uintptr(p[0]), unix.F_SETFL, unix.O_ASYNC); err != nil {
+			return err
+		}
+		_, err := unix.Write(p[1], []byte("x"))
+		return err
+	},
+	"prlimit-agent-nofile": func() error {
+		return unix.Prlimit(1, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: 8, Max: 8}, nil)
+	},
+	"prlimit-agent-cpu": func() error {
+		// At the hard limit the kernel kills the agent with SIGKILL.
+		return unix.Prlimit(1, unix.RLIMIT_CPU, &unix.Rlimit{Cur: 1, Max: 1}, nil)
+	},
+	// Scheduling the agent out: the kernel refuses these to sandbox root
+	// because the agent holds capabilities it lacks (a target whose
+	// permitted set is not a subset of the caller's needs CAP_SYS_NICE);
+	// they stay here in case the agent ever drops them.
+	"renice-agent": func() error { return unix.Setpriority(unix.PRIO_PROCESS, 1, 19) },
+	"sched-idle-agent": func() error {
+		var param [8]byte
+		return errnoErr(unix.Syscall(unix.SYS_SCHED_SETSCHEDULER, 1, 5 /* SCHED_IDLE */, uintptr(unsafe.Pointer(&param[0]))))
+	},
+	"pin-agent": func() error {
+		var set unix.CPUSet
+		set.Set(0)
+		return unix.SchedSetaffinity(1, &set)
+	},
+	"ioprio-idle-agent": func() error {
+		const whoProcess, classIdle = 1, 3
+		return errnoErr(unix.Syscall(unix.SYS_IOPRIO_SET, whoProcess, 1, classIdle<<13))
+	},
+	"oom-score-adj-agent": func() error {
+		return os.WriteFile("/proc/1/oom_score_adj", []byte("1000"), 0)
+	},
 	"chroot": func() error { return unix.Chroot("/tmp") },
 	"setuid-0": func() error {
 		if os.Getuid() == 0 {
@@ -246,6 +322,43 @@ var attacks = map[string]func() error{
 		}
 		return syscall.Setuid(0)
 	},
+}
+
+// queuedSiginfo returns a pointer to a siginfo_t for sig with si_code
+// SI_QUEUE (-1), as sigqueue(3) sends it. The buffer is never freed: each
+// attack runs once in a short-lived process.
+func queuedSiginfo(sig unix.Signal) uintptr {
+	b := make([]int32, 32) // 128 bytes
+	b[0], b[2] = int32(sig), -1
+	heldSiginfos = append(heldSiginfos, b)
+	return uintptr(unsafe.Pointer(&b[0]))
+}
+
+var heldSiginfos [][]int32
+
+// agentThreads lists the agent's thread ids, or just 1 if /proc/1/task
+// cannot be read.
+func agentThreads() []int {
+	entries, err := os.ReadDir("/proc/1/task")
+	if err != nil {
+		return []int{1}
+	}
+	var tids []int
+	for _, e := range entries {
+		if tid, err := strconv.Atoi(e.Name()); err == nil {
+			tids = append(tids, tid)
+		}
+	}
+	return tids
+}
+
+// errnoErr turns a raw system call's outcome into an error (nil on
+// success).
+func errnoErr(_, _ uintptr, e unix.Errno) error {
+	if e != 0 {
+		return e
+	}
+	return nil
 }
 
 // runAttack runs one attack and prints its outcome; it returns the exit
