@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -471,4 +472,96 @@ func testFileAPIHostDetails(t *testing.T, ctx context.Context, rt *Runtime, sb *
 			}
 		}
 	}
+}
+
+// inotifyProbe watches a directory for accesses while the test makes
+// other sandboxes and the host open files in it, then opens one itself
+// (the control: the watch works) and prints how many events each phase
+// brought.
+const inotifyProbe = `
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(os.O_NONBLOCK)
+if fd < 0 or libc.inotify_add_watch(fd, sys.argv[1].encode(), 0xfff) < 0:
+    print("inotify failed", ctypes.get_errno()); sys.exit(1)
+def drain():
+    n = 0
+    while True:
+        try:
+            n += len(os.read(fd, 65536))
+        except BlockingIOError:
+            return n
+print("ready", flush=True)
+sys.stdin.readline()  # the others have opened files meanwhile
+others = drain()
+os.close(os.open(os.path.join(sys.argv[1], sys.argv[2]), os.O_RDONLY))
+print("others", others, "own", drain(), flush=True)
+`
+
+// TestAttackInotifySideChannel: a sandbox watching the host template's
+// /usr/bin must not see which files other sandboxes (or the host) open.
+func TestAttackInotifySideChannel(t *testing.T) {
+	requireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rt := newRuntime(t)
+	rootfs := hostRootfsFor(t)
+	watcher := runtimetest.Create(t, ctx, rt, rootfs, runtime.Spec{})
+	other := runtimetest.Create(t, ctx, rt, rootfs, runtime.Spec{})
+	const dir, file = "/usr/bin", "env"
+	var out syncBuffer
+	proc, err := watcher.Client.Start(ctx, agentclient.ExecRequest{
+		Argv: []string{"python3", "-c", inotifyProbe, dir, file}, OpenStdin: true, Stdout: &out, Stderr: &out, Timeout: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "ready") {
+		if time.Now().After(deadline) {
+			t.Fatalf("watcher did not start: %q", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, user := range []string{"user", "root"} {
+		other.Run(t, ctx, agentclient.ExecRequest{Shell: "cat " + dir + "/" + file + " >/dev/null; ls " + dir + " >/dev/null", User: user})
+	}
+	if f, err := os.Open(filepath.Join(dir, file)); err == nil {
+		f.Close()
+	}
+	if err := watcher.Client.SendInput(ctx, proc.PID, []byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := proc.Wait()
+	if err != nil || res.Status != agentclient.StatusSuccess {
+		t.Fatalf("watcher: %v %+v %q", err, res, out.String())
+	}
+	var others, own int
+	if _, err := fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(out.String(), "ready\n")), "others %d own %d", &others, &own); err != nil {
+		t.Fatalf("watcher said %q: %v", out.String(), err)
+	}
+	if own == 0 {
+		t.Fatalf("the watch saw not even its own open: %q", out.String())
+	}
+	if others != 0 {
+		t.Fatalf("a sandbox saw %d bytes of inotify events caused by another sandbox and the host", others)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

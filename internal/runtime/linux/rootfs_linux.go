@@ -82,8 +82,13 @@ func setupRootfs(cfg *initConfig) error {
 	}
 	defer unix.Close(rootFD)
 
+	if len(cfg.Rootfs.Binds) > 0 {
+		if err := os.Mkdir(filepath.Join(mnt, viewBottom), 0o500); err != nil {
+			return err
+		}
+	}
 	for _, b := range cfg.Rootfs.Binds {
-		if err := bindReadOnly(rootFD, b.Source, b.Target, true); err != nil {
+		if err := viewReadOnly(rootFD, b.Source, b.Target); err != nil {
 			return fmt.Errorf("bind %s: %w", b.Target, err)
 		}
 	}
@@ -296,6 +301,34 @@ func bindReadOnly(rootFD int, source, target string, dir bool) error {
 	}
 	if err := remountReadOnly(rootFD, target); err != nil {
 		return fmt.Errorf("remount read-only: %w", err)
+	}
+	return nil
+}
+
+// viewBottom is an empty directory in the mount dir: the lowest layer of
+// every read-only view (an overlay without an upper layer needs two).
+const viewBottom = "v"
+
+// viewReadOnly mounts at target a read-only overlay whose only content is
+// the host directory source: the sandbox sees the same files as through a
+// bind, but they are overlay inodes of the sandbox's own. inotify and
+// fanotify marks sit on inodes, so through a bind a sandbox watching
+// /usr/bin would see which files every other sandbox (any tenant's) and
+// the host open; through its own view it sees only its own accesses. The
+// caller's working directory is the mount dir, so the options name no
+// host path but source.
+func viewReadOnly(rootFD int, source, target string) error {
+	if strings.ContainsAny(source, ":,\\") || !filepath.IsAbs(source) {
+		return fmt.Errorf("source %q: not a path overlayfs can take", source)
+	}
+	fd, err := mountPoint(rootFD, target, true)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	opts := "lowerdir=" + source + ":" + viewBottom
+	if err := unix.Mount("overlay", fdPath(fd), "overlay", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("overlay view: %w", err)
 	}
 	return nil
 }
