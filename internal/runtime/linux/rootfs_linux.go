@@ -82,10 +82,8 @@ func setupRootfs(cfg *initConfig) error {
 	}
 	defer unix.Close(rootFD)
 
-	if len(cfg.Rootfs.Binds) > 0 {
-		if err := os.Mkdir(filepath.Join(mnt, viewBottom), 0o500); err != nil {
-			return err
-		}
+	if err := os.Mkdir(filepath.Join(mnt, viewBottom), 0o500); err != nil {
+		return err
 	}
 	for _, b := range cfg.Rootfs.Binds {
 		if err := viewReadOnly(rootFD, b.Source, b.Target); err != nil {
@@ -95,7 +93,14 @@ func setupRootfs(cfg *initConfig) error {
 	if err := applyDefaults(rootFD, cfg); err != nil {
 		return err
 	}
-	if err := bindReadOnly(rootFD, cfg.AgentBinary, agentBinaryPath, false); err != nil {
+	// The agent binary's directory (it holds nothing else), named
+	// relative to the mount dir: the view's options, which the sandbox
+	// reads in /proc/self/mountinfo, then name no host path.
+	binDir, err := filepath.Rel(mnt, filepath.Dir(cfg.AgentBinary))
+	if err != nil || filepath.Base(cfg.AgentBinary) != filepath.Base(agentBinaryPath) {
+		return fmt.Errorf("agent binary: %q is not a view-able path", cfg.AgentBinary)
+	}
+	if err := viewReadOnly(rootFD, binDir, filepath.Dir(agentBinaryPath)); err != nil {
 		return fmt.Errorf("agent binary: %w", err)
 	}
 	if err := setupProc(rootFD); err != nil {
@@ -286,39 +291,20 @@ func mountPoint(rootFD int, target string, dir bool) (int, error) {
 
 func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
-// bindReadOnly bind-mounts the host path source onto target inside the
-// root, read-only, keeping the flags the kernel locks for the source
-// mount (a remount in a user namespace must not drop them).
-func bindReadOnly(rootFD int, source, target string, dir bool) error {
-	fd, err := mountPoint(rootFD, target, dir)
-	if err != nil {
-		return err
-	}
-	err = unix.Mount(source, fdPath(fd), "", unix.MS_BIND|unix.MS_REC, "")
-	unix.Close(fd)
-	if err != nil {
-		return fmt.Errorf("bind: %w", err)
-	}
-	if err := remountReadOnly(rootFD, target); err != nil {
-		return fmt.Errorf("remount read-only: %w", err)
-	}
-	return nil
-}
-
 // viewBottom is an empty directory in the mount dir: the lowest layer of
 // every read-only view (an overlay without an upper layer needs two).
 const viewBottom = "v"
 
 // viewReadOnly mounts at target a read-only overlay whose only content is
-// the host directory source: the sandbox sees the same files as through a
-// bind, but they are overlay inodes of the sandbox's own. inotify and
+// the host directory source (absolute, or relative to the mount dir): the
+// sandbox sees the same files as through a bind, but they are overlay inodes of the sandbox's own. inotify and
 // fanotify marks sit on inodes, so through a bind a sandbox watching
 // /usr/bin would see which files every other sandbox (any tenant's) and
 // the host open; through its own view it sees only its own accesses. The
 // caller's working directory is the mount dir, so the options name no
 // host path but source.
 func viewReadOnly(rootFD int, source, target string) error {
-	if strings.ContainsAny(source, ":,\\") || !filepath.IsAbs(source) {
+	if strings.ContainsAny(source, ":,\\") || source == "" {
 		return fmt.Errorf("source %q: not a path overlayfs can take", source)
 	}
 	fd, err := mountPoint(rootFD, target, true)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -172,9 +173,18 @@ func installAgentBinary(stateDir, src string) (string, error) {
 	if _, err := io.Copy(h, in); err != nil {
 		return "", err
 	}
-	dst := filepath.Join(dir, "airlock-"+hex.EncodeToString(h.Sum(nil))[:16])
+	// One directory per version: sandboxes see it through a read-only
+	// view (see viewReadOnly), which holds just this binary.
+	dir = filepath.Join(dir, hex.EncodeToString(h.Sum(nil))[:16])
+	dst := filepath.Join(dir, "airlock")
 	if _, err := os.Stat(dst); err == nil {
 		return dst, nil
+	}
+	if err := os.Mkdir(dir, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return "", err
 	}
 	if _, err := in.Seek(0, io.SeekStart); err != nil {
 		return "", err
