@@ -141,6 +141,8 @@ func requireRefusedCwd(t *testing.T, ctx context.Context, sb *runtimetest.Sandbo
 func containedSandboxes(t *testing.T, ctx context.Context, rt *Runtime) map[string]*runtimetest.Sandbox {
 	t.Helper()
 	rootfs := hostRootfsFor(t)
+	// A WORKDIR in a directory the sandbox's user may change.
+	rootfs.Workdir = plantedWorkdir
 	limits := runtime.Limits{MemoryBytes: 256 << 20, Pids: 128}
 	sbs := map[string]*runtimetest.Sandbox{}
 	for kind, build := range map[string]bool{"sandbox": false, "build": true} {
@@ -175,6 +177,7 @@ func TestAttackContainment(t *testing.T) {
 		fds := agentFDs(t, sb)
 		t.Run(kind+"/cwd-names-agent-fd", func(t *testing.T) { testCwdNamesAgentFD(t, ctx, sb, fds) })
 		t.Run(kind+"/planted-cwd", func(t *testing.T) { testPlantedCwd(t, ctx, sb, fds) })
+		t.Run(kind+"/planted-workdir", func(t *testing.T) { testPlantedWorkdir(t, ctx, sb, kind, fds) })
 		t.Run(kind+"/planted-cwd-race", func(t *testing.T) { testPlantedCwdRace(t, ctx, sb, fds) })
 		t.Run(kind+"/exec-through-agent-fd", func(t *testing.T) { testExecThroughAgentFD(t, ctx, sb, fds, marker) })
 		t.Run(kind+"/host-paths-after-exec", func(t *testing.T) { testHostPathsAfterExec(t, ctx, sb, fds, marker) })
@@ -240,6 +243,37 @@ func testPlantedCwd(t *testing.T, ctx context.Context, sb *runtimetest.Sandbox, 
 		requireRefusedCwd(t, ctx, sb, "user", name) // relative to home
 		requireRefusedCwd(t, ctx, sb, "root", "/tmp/plant/"+name)
 	}
+}
+
+// plantedWorkdir is the sandboxes' WORKDIR: made root-owned at start, in
+// the user's home, where the user may replace it.
+const plantedWorkdir = "/home/user/ws"
+
+// testPlantedWorkdir: the user replaces the WORKDIR with a symlink to an
+// agent descriptor; commands that name no cwd then start in their user's
+// home, never there. In the build sandbox root may enter /home/user, so
+// root's fallback is tested there too.
+func testPlantedWorkdir(t *testing.T, ctx context.Context, sb *runtimetest.Sandbox, kind string, fds []int) {
+	if out := sb.Sh(t, ctx, "pwd -P"); out != plantedWorkdir+"\n" {
+		t.Fatalf("before planting, commands start in %q, want the WORKDIR", out)
+	}
+	if kind == "build" {
+		if res, out, err := execOut(ctx, sb, agentclient.ExecRequest{Shell: "chmod 755 /home/user", User: "root"}); err != nil || res.Status != agentclient.StatusSuccess {
+			t.Fatalf("chmod: %v %+v %q", err, res, out)
+		}
+	}
+	for _, fd := range fds {
+		for _, p := range fdPrefixes {
+			sb.Sh(t, ctx, fmt.Sprintf("cd /home/user && rm -rf ws && ln -s %s%d ws", p, fd))
+			for user, home := range map[string]string{"user": "/home/user", "root": "/root"} {
+				res, out, err := execOut(ctx, sb, agentclient.ExecRequest{Shell: "pwd -P; ls -a", User: user})
+				if err != nil || res.Status != agentclient.StatusSuccess || !strings.HasPrefix(out, home+"\n") {
+					t.Fatalf("%s with WORKDIR -> %s%d: %v %+v %q", user, p, fd, err, res, out)
+				}
+			}
+		}
+	}
+	sb.Sh(t, ctx, "rm -f /home/user/ws")
 }
 
 // testPlantedCwdRace: while the user swaps a directory for a symlink to an
