@@ -270,6 +270,11 @@ func testPlantedWorkdir(t *testing.T, ctx context.Context, sb *runtimetest.Sandb
 				if err != nil || res.Status != agentclient.StatusSuccess || !strings.HasPrefix(out, home+"\n") {
 					t.Fatalf("%s with WORKDIR -> %s%d: %v %+v %q", user, p, fd, err, res, out)
 				}
+				// A terminal session's default directory too.
+				res, out, err = execOut(ctx, sb, agentclient.ExecRequest{Shell: "pwd -P", User: user, Pty: &agentclient.PtySize{Cols: 80, Rows: 24}})
+				if err != nil || res.Status != agentclient.StatusSuccess || strings.TrimSpace(out) != home {
+					t.Fatalf("%s on a terminal with WORKDIR -> %s%d: %v %+v %q", user, p, fd, err, res, out)
+				}
 			}
 		}
 	}
