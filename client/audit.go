@@ -96,6 +96,43 @@ type AuditReport struct {
 	OpenIntentSeqs []uint64 `json:"open_intent_seqs,omitempty"`
 }
 
+// AuditCheckpoint is a head of the audit chain signed by the daemon: its
+// statement that the chain ended at Seq, with the record Hash, at Time.
+// Kept off the daemon's host and passed to AuditVerifyCheckpoints later,
+// it catches a log truncated or wiped since, or rewritten with recomputed
+// hashes. A checkpoint with only Seq and Hash is unsigned: a head the
+// caller saved itself.
+type AuditCheckpoint struct {
+	Seq  uint64    `json:"seq"`
+	Hash string    `json:"hash"`
+	Time time.Time `json:"time,omitzero"`
+	// KeyID names the daemon's signing key (16 hex digits of the SHA-256
+	// of its ed25519 public key).
+	KeyID string `json:"key_id,omitempty"`
+	// Signature is the ed25519 signature, base64, of the message the
+	// server's API description documents.
+	Signature string `json:"signature,omitempty"`
+}
+
+// AuditCheckpointResult is the answer of AuditCheckpoint.
+type AuditCheckpointResult struct {
+	Checkpoint AuditCheckpoint `json:"checkpoint"`
+	// PublicKey is the daemon's checkpoint key, a PEM "PUBLIC KEY" block
+	// (PKIX, ed25519): keep it with the checkpoints to verify them
+	// offline.
+	PublicKey string `json:"public_key"`
+}
+
+// AuditCheckpoint returns the current head of the audit chain signed by
+// the daemon, and its public key. It needs the admin scope.
+func (c *Client) AuditCheckpoint(ctx context.Context) (*AuditCheckpointResult, error) {
+	var out AuditCheckpointResult
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/audit/checkpoint", nil, nil, &out, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // AuditList returns a page of the caller's tenant's audit records, in
 // ascending Seq order. nextAfter is the After of the next page, 0 when
 // this page is the last. It needs the audit:read scope.
@@ -139,8 +176,22 @@ func (c *Client) AuditList(ctx context.Context, q AuditQuery) (records []AuditRe
 // checkpoint (a head saved earlier) still matches. A broken chain is a
 // report with OK false, not an error. It needs the admin scope.
 func (c *Client) AuditVerify(ctx context.Context, checkpoints ...AuditHead) (*AuditReport, error) {
+	cps := make([]AuditCheckpoint, len(checkpoints))
+	for i, h := range checkpoints {
+		cps[i] = AuditCheckpoint{Seq: h.Seq, Hash: h.Hash}
+	}
+	return c.AuditVerifyCheckpoints(ctx, cps...)
+}
+
+// AuditVerifyCheckpoints is AuditVerify against checkpoints, signed (from
+// AuditCheckpoint or the daemon's export file) or not. A record that no
+// longer matches a checkpoint, or a log that ends before one, is a report
+// with OK false whose Reason names the checkpoint. A signed checkpoint
+// whose signature does not verify with the daemon's key (forged, edited,
+// or another key's) is refused with ErrInvalid. At most 1024 checkpoints.
+func (c *Client) AuditVerifyCheckpoints(ctx context.Context, checkpoints ...AuditCheckpoint) (*AuditReport, error) {
 	in := struct {
-		Checkpoints []AuditHead `json:"checkpoints,omitempty"`
+		Checkpoints []AuditCheckpoint `json:"checkpoints,omitempty"`
 	}{checkpoints}
 	var out AuditReport
 	if err := c.doJSON(ctx, http.MethodPost, "/v1/audit/verify", nil, in, &out, http.StatusOK); err != nil {

@@ -50,6 +50,40 @@ func TestAuditVerifyRequest(t *testing.T) {
 	}
 }
 
+func TestAuditCheckpointRequests(t *testing.T) {
+	signed := AuditCheckpoint{Seq: 9, Hash: "h9", Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), KeyID: "k", Signature: "s"}
+	c := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method + " " + r.URL.Path {
+		case "GET /prefix/v1/audit/checkpoint":
+			io.WriteString(w, `{"checkpoint":{"seq":9,"hash":"h9","time":"2026-01-02T03:04:05Z","key_id":"k","signature":"s"},"public_key":"PEM"}`)
+		case "POST /prefix/v1/audit/verify":
+			var in struct {
+				Checkpoints []map[string]any `json:"checkpoints"`
+			}
+			if err := json.NewDecoder(r.Body).Decode(&in); err != nil || len(in.Checkpoints) != 2 {
+				t.Fatalf("verify body %+v, %v", in, err)
+			}
+			// An unsigned checkpoint is a bare seq and hash; a signed one
+			// goes as it came.
+			if len(in.Checkpoints[0]) != 2 || in.Checkpoints[0]["seq"] != 3.0 || len(in.Checkpoints[1]) != 5 ||
+				in.Checkpoints[1]["time"] != "2026-01-02T03:04:05Z" || in.Checkpoints[1]["signature"] != "s" {
+				t.Errorf("checkpoints sent: %+v", in.Checkpoints)
+			}
+			io.WriteString(w, `{"ok":false,"records":5,"first_bad_seq":6,"reason":"log ends at seq 5 but checkpoint seq 9 exists","head":{"seq":5,"hash":"h"}}`)
+		default:
+			t.Errorf("request %s %s", r.Method, r.URL)
+		}
+	})
+	got, err := c.AuditCheckpoint(context.Background())
+	if err != nil || got.Checkpoint != signed || got.PublicKey != "PEM" {
+		t.Errorf("AuditCheckpoint = %+v, %v", got, err)
+	}
+	rep, err := c.AuditVerifyCheckpoints(context.Background(), AuditCheckpoint{Seq: 3, Hash: "h3"}, signed)
+	if err != nil || rep.OK || rep.FirstBadSeq != 6 {
+		t.Errorf("AuditVerifyCheckpoints = %+v, %v", rep, err)
+	}
+}
+
 func TestMakeDirRequest(t *testing.T) {
 	c := serve(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != "POST" || r.URL.Path != "/prefix/v1/sandboxes/sb-x/files/mkdir" || r.URL.Query().Get("path") != "a b/c" {

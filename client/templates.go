@@ -30,10 +30,16 @@ var errRequestDone = errors.New("airlock: request finished")
 // server's own cap).
 const maxAirfileBytes = 1 << 20
 
-// Template is a root filesystem sandboxes can be created from. Templates
-// are shared by every tenant of a server.
+// Template is a root filesystem sandboxes can be created from. A template
+// belongs to one tenant, which alone sees and uses it, or is shared by
+// every tenant (the built-in ones and those the server's operator
+// builds). A name resolves to the caller's tenant's template first, then
+// the shared one.
 type Template struct {
 	Name string `json:"name"`
+	// Shared is true for a template every tenant sees, false for one of
+	// the caller's tenant.
+	Shared bool `json:"shared"`
 	// Source says where a stored template came from (an image reference
 	// with its digest, a build); "built-in" for the daemon's own ones.
 	Source string `json:"source"`
@@ -41,7 +47,8 @@ type Template struct {
 	// not stored and cannot be removed.
 	Builtin bool `json:"builtin"`
 	// Layers counts the distinct layers; Size is their size in bytes and
-	// SharedBytes the part of it that other templates share.
+	// SharedBytes the part of it that other templates the caller sees
+	// share.
 	Layers      int   `json:"layers"`
 	Size        int64 `json:"size"`
 	SharedBytes int64 `json:"shared_bytes"`
@@ -55,7 +62,8 @@ type TemplateLayer struct {
 	Digest string `json:"digest"`
 	Size   int64  `json:"size"`
 	Files  int64  `json:"files"`
-	// Shared is true when another template uses the layer too.
+	// Shared is true when another template the caller sees uses the
+	// layer too.
 	Shared bool `json:"shared"`
 }
 
@@ -122,6 +130,9 @@ type DebianBase struct {
 // with its own FROM or DEBIAN line.
 type BuildTemplateRequest struct {
 	Name string
+	// Shared builds a template every tenant sees (only the operator may);
+	// without it the template is the caller's tenant's.
+	Shared bool
 	// Replace allows replacing a stored template of the same name
 	// (without it, an existing name is ErrConflict).
 	Replace bool
@@ -133,7 +144,10 @@ type BuildTemplateRequest struct {
 	AllowSetuid bool
 	// NoCache rebuilds every step instead of reusing cached layers.
 	NoCache bool
-	// Insecure allows a plain-HTTP registry.
+	// Insecure allows a plain-HTTP registry. Pulling an image from a
+	// registry (From an image reference, or an Airfile's FROM IMAGE) is
+	// the operator's: other keys get ErrForbidden and build from
+	// "template:NAME" or Debian.
 	Insecure     bool
 	RegistryAuth *RegistryAuth
 	// Limits are the template's default limits; unset fields keep a
@@ -144,7 +158,9 @@ type BuildTemplateRequest struct {
 // BuildContextRequest describes a build from an Airfile and a local
 // build context directory, which COPY and ADD read from.
 type BuildContextRequest struct {
-	Name    string
+	Name string
+	// Shared is as for BuildTemplateRequest.
+	Shared  bool
 	Replace bool
 	// Airfile is the recipe. If empty, the file Airfile at the root of
 	// ContextDir is used. Either way the recipe is sent as the context's
@@ -196,8 +212,9 @@ func checkTemplateName(name string) error {
 	return nil
 }
 
-// ListTemplates returns every template of the server and the template
-// store's disk use. It needs the sandboxes:read scope.
+// ListTemplates returns the templates the caller sees (the shared ones and
+// its tenant's) and the disk use of their layers (of the whole store for
+// the operator). It needs the templates:read scope.
 func (c *Client) ListTemplates(ctx context.Context) (*TemplateList, error) {
 	var out TemplateList
 	if err := c.doJSON(ctx, http.MethodGet, "/v1/templates", nil, nil, &out, http.StatusOK); err != nil {
@@ -206,28 +223,59 @@ func (c *Client) ListTemplates(ctx context.Context) (*TemplateList, error) {
 	return &out, nil
 }
 
-// GetTemplate returns the template called name. It needs the
-// sandboxes:read scope.
+// GetTemplate returns the template called name: the caller's tenant's,
+// else the shared one. It needs the templates:read scope.
 func (c *Client) GetTemplate(ctx context.Context, name string) (*TemplateDetail, error) {
+	return c.getTemplate(ctx, name, false)
+}
+
+// GetSharedTemplate returns the shared template called name, even when the
+// caller's tenant has one of that name.
+func (c *Client) GetSharedTemplate(ctx context.Context, name string) (*TemplateDetail, error) {
+	return c.getTemplate(ctx, name, true)
+}
+
+// sharedQuery is the query of a template route: shared=true asks for the
+// shared template of the name, not the caller's tenant's.
+func sharedQuery(shared bool) url.Values {
+	if !shared {
+		return nil
+	}
+	return url.Values{"shared": {"true"}}
+}
+
+func (c *Client) getTemplate(ctx context.Context, name string, shared bool) (*TemplateDetail, error) {
 	if err := checkTemplateName(name); err != nil {
 		return nil, err
 	}
 	var out TemplateDetail
-	if err := c.doJSON(ctx, http.MethodGet, "/v1/templates/"+url.PathEscape(name), nil, nil, &out, http.StatusOK); err != nil {
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/templates/"+url.PathEscape(name), sharedQuery(shared), nil, &out, http.StatusOK); err != nil {
 		return nil, err
 	}
 	return &out, nil
 }
 
-// DeleteTemplate removes the template called name and reports what was
-// freed. A template that a sandbox uses, and a built-in one, cannot be
-// removed (ErrConflict). It needs the admin scope.
+// DeleteTemplate removes the template called name (the caller's tenant's,
+// else the shared one, which only the operator may remove: ErrForbidden)
+// and reports what was freed. A template that a sandbox uses, and a
+// built-in one, cannot be removed (ErrConflict). It needs the
+// templates:write scope.
 func (c *Client) DeleteTemplate(ctx context.Context, name string) (*FreedSpace, error) {
+	return c.deleteTemplate(ctx, name, false)
+}
+
+// DeleteSharedTemplate removes the shared template called name, even when
+// the caller's tenant has one of that name. Only the operator may.
+func (c *Client) DeleteSharedTemplate(ctx context.Context, name string) (*FreedSpace, error) {
+	return c.deleteTemplate(ctx, name, true)
+}
+
+func (c *Client) deleteTemplate(ctx context.Context, name string, shared bool) (*FreedSpace, error) {
 	if err := checkTemplateName(name); err != nil {
 		return nil, err
 	}
 	var out FreedSpace
-	if err := c.doJSON(ctx, http.MethodDelete, "/v1/templates/"+url.PathEscape(name), nil, nil, &out, http.StatusOK); err != nil {
+	if err := c.doJSON(ctx, http.MethodDelete, "/v1/templates/"+url.PathEscape(name), sharedQuery(shared), nil, &out, http.StatusOK); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -237,13 +285,15 @@ func (c *Client) DeleteTemplate(ctx context.Context, name string) (*FreedSpace, 
 // usable. onEvent, if not nil, is called with the build's progress as it
 // comes, from one goroutine; if it returns an error the request is
 // dropped, which cancels the build, and that error is returned. A name in
-// use is ErrConflict. It needs the admin scope.
+// use is ErrConflict. It needs the templates:write scope (and the
+// operator's for a shared template or a registry pull).
 func (c *Client) BuildTemplate(ctx context.Context, req BuildTemplateRequest, onEvent func(BuildEvent) error) (*TemplateDetail, error) {
 	if err := checkTemplateName(req.Name); err != nil {
 		return nil, err
 	}
 	in := struct {
 		Name         string        `json:"name"`
+		Shared       bool          `json:"shared,omitempty"`
 		From         string        `json:"from,omitempty"`
 		Debian       *DebianBase   `json:"debian,omitempty"`
 		Airfile      string        `json:"airfile,omitempty"`
@@ -253,7 +303,7 @@ func (c *Client) BuildTemplate(ctx context.Context, req BuildTemplateRequest, on
 		Insecure     bool          `json:"insecure,omitempty"`
 		RegistryAuth *RegistryAuth `json:"registry_auth,omitempty"`
 		Limits       *Limits       `json:"limits,omitempty"`
-	}{req.Name, req.From, req.Debian, req.Airfile, req.Replace, req.AllowSetuid, req.NoCache, req.Insecure, req.RegistryAuth, req.Limits}
+	}{req.Name, req.Shared, req.From, req.Debian, req.Airfile, req.Replace, req.AllowSetuid, req.NoCache, req.Insecure, req.RegistryAuth, req.Limits}
 	var tpl *TemplateDetail
 	if err := streamJSON(ctx, c, "/v1/templates", in, "build stream", maxBuildLine, onBuildLine(&tpl, onEvent)); err != nil {
 		return nil, err
@@ -294,7 +344,7 @@ func (c *Client) BuildTemplateContext(ctx context.Context, req BuildContextReque
 	for _, f := range []struct {
 		key string
 		on  bool
-	}{{"replace", req.Replace}, {"allow_setuid", req.AllowSetuid}, {"no_cache", req.NoCache}, {"insecure", req.Insecure}} {
+	}{{"shared", req.Shared}, {"replace", req.Replace}, {"allow_setuid", req.AllowSetuid}, {"no_cache", req.NoCache}, {"insecure", req.Insecure}} {
 		if f.on {
 			q.Set(f.key, strconv.FormatBool(true))
 		}

@@ -128,12 +128,17 @@ const cliUsage = `usage: airlock [--url URL] COMMAND [ARG...]
        [--timeout D] [--json] ID      (a REPL when no -c/-f and stdin is a terminal)
   template build NAME (--from IMAGE | --debian SUITE [--packages P,..] | -f AIRFILE [DIR])
                  [--replace] [--allow-setuid] [--no-cache] [--json]
-  template ls|inspect NAME|rm NAME... [--json]
+                 [--shared]
+  template ls|inspect NAME|rm NAME... [--shared] [--json]
   audit [--action A] [--target T] [--since T] [--until T] [--limit N] [--json]
-  audit verify [--checkpoint SEQ:HASH]... [--json]
+  audit verify [--checkpoint SEQ:HASH|FILE]... [--public-key PEM] [--offline] [--json]
+  audit checkpoint [--public-key]
   keys create --name N --scope S... [--expires D] [--json]
   keys ls [--json]
   keys revoke ID...
+  tenants create [--id ID] [--max-sandboxes N] [--json] NAME    (the operator's)
+  tenants ls [--json]
+  tenants rm ID...
 
 Environment: AIRLOCK_URL (default http://127.0.0.1:7070), AIRLOCK_API_KEY;
 without a key, <AIRLOCK_DATA_DIR>/admin.key is used if readable
@@ -176,6 +181,8 @@ func (c *cli) main(ctx context.Context, args []string) (int, error) {
 		"keys":      c.keysCmd,
 		"template":  c.templateCmd,
 		"key":       c.keysCmd,
+		"tenants":   c.tenantsCmd,
+		"tenant":    c.tenantsCmd,
 	}
 	verb, ok := verbs[args[0]]
 	if !ok {

@@ -13,8 +13,12 @@ const keysUsage = `usage:
   airlock keys create --name N --scope S... [--expires D] [--json]
       Create an API key in your tenant (admin) and print it: it is shown
       only once. Scopes: sandboxes:read, sandboxes:write, exec, files,
-      audit:read, templates:read, templates:write, tools:call, approvals,
-      admin. --expires takes a duration (e.g. 720h).
+      audit:read, templates:read, templates:write, admin (all of these),
+      operator (everything, and what crosses tenants: tenants, shared
+      templates, registry pulls; only an operator key grants it);
+      tools:call and approvals are reserved for the tool gateway and grant
+      nothing yet. A key cannot grant a scope it lacks. --expires takes a
+      duration (e.g. 720h).
   airlock keys ls [--json]
   airlock keys revoke ID...
 `

@@ -18,12 +18,16 @@ import (
 
 const templateUsage = `usage:
   airlock template build NAME (--from IMAGE | --debian SUITE [--packages P,...] | -f AIRFILE [CONTEXT_DIR])
-                         [--replace] [--allow-setuid] [--no-cache]
+                         [--shared] [--replace] [--allow-setuid] [--no-cache]
                          [--memory MB] [--cpus N] [--pids N] [--disk MB]
                          [--username U [--password P]] [--insecure] [--json]
-      Build or import a template (needs the admin scope; templates are
-      shared by every tenant). --from pulls an image from its registry;
-      --debian builds a Debian root filesystem with the given packages;
+      Build or import a template of your tenant (needs templates:write),
+      which only your tenant sees; --shared builds one every tenant sees
+      (the operator's). A name resolves to your tenant's template, then
+      the shared one. --from pulls an image from its registry (so does
+      an Airfile's FROM IMAGE), which only the operator may: other keys
+      build from --from template:NAME or --debian, which builds a Debian
+      root filesystem with the given packages;
       -f builds from an Airfile (- for standard input). An Airfile with
       COPY or ADD, or given a CONTEXT_DIR, sends that directory (default:
       the Airfile's own) as the build context. --replace replaces a
@@ -33,11 +37,14 @@ const templateUsage = `usage:
       its sandboxes get unless they ask for others. The registry password
       can come from AIRLOCK_REGISTRY_PASSWORD.
   airlock template ls [--json]
-      List the templates and the template store's disk use.
-  airlock template inspect NAME [--json]
-  airlock template rm NAME... [--json]
+      List your tenant's templates and the shared ones, and the disk use
+      of their layers (the whole store's for the operator).
+  airlock template inspect [--shared] NAME [--json]
+  airlock template rm [--shared] NAME... [--json]
       Remove templates (not while a sandbox uses them) and the layers no
-      other template uses.
+      other template uses: your tenant's of that name, else the shared
+      one (the operator's to remove). --shared names the shared one even
+      when your tenant has one of that name.
 `
 
 // envRegistryPassword is the environment variable --password defaults to.
@@ -74,6 +81,7 @@ type buildPlan struct {
 type buildFlags struct {
 	from, debian, file            string
 	packages                      listFlag
+	shared                        bool
 	replace, allowSetuid, noCache bool
 	username, password            string
 	insecure, asJSON              bool
@@ -122,7 +130,7 @@ func (f *buildFlags) plan(pos []string, getenv func(string) string, stdin io.Rea
 		return p, err
 	}
 	if f.file == "" {
-		req := &client.BuildTemplateRequest{Name: name, From: f.from, Replace: f.replace, AllowSetuid: f.allowSetuid,
+		req := &client.BuildTemplateRequest{Name: name, Shared: f.shared, From: f.from, Replace: f.replace, AllowSetuid: f.allowSetuid,
 			NoCache: f.noCache, Insecure: f.insecure, RegistryAuth: auth, Limits: limits}
 		if f.debian != "" {
 			req.Debian = &client.DebianBase{Suite: f.debian, Packages: f.packages}
@@ -143,7 +151,7 @@ func (f *buildFlags) plan(pos []string, getenv func(string) string, stdin io.Rea
 		needsContext = needsContext || s.Kind == airfile.KindCopy || s.Kind == airfile.KindAdd
 	}
 	if !needsContext && len(rest) == 0 {
-		p.JSON = &client.BuildTemplateRequest{Name: name, Airfile: string(recipe), Replace: f.replace, AllowSetuid: f.allowSetuid,
+		p.JSON = &client.BuildTemplateRequest{Name: name, Shared: f.shared, Airfile: string(recipe), Replace: f.replace, AllowSetuid: f.allowSetuid,
 			NoCache: f.noCache, Insecure: f.insecure, RegistryAuth: auth, Limits: limits}
 		return p, nil
 	}
@@ -154,7 +162,7 @@ func (f *buildFlags) plan(pos []string, getenv func(string) string, stdin io.Rea
 	if len(rest) == 1 {
 		dir = rest[0]
 	}
-	p.Context = &client.BuildContextRequest{Name: name, Airfile: recipe, ContextDir: dir, Replace: f.replace,
+	p.Context = &client.BuildContextRequest{Name: name, Shared: f.shared, Airfile: recipe, ContextDir: dir, Replace: f.replace,
 		AllowSetuid: f.allowSetuid, NoCache: f.noCache, Insecure: f.insecure, RegistryAuth: auth, Limits: limits}
 	return p, nil
 }
@@ -178,6 +186,7 @@ func (c *cli) templateBuild(ctx context.Context, args []string) (int, error) {
 	fs.StringVar(&f.debian, "debian", "", "build a Debian root filesystem from `suite` (e.g. bookworm)")
 	fs.Var(&f.packages, "packages", "Debian `packages` to install (comma-separated or repeated; with --debian)")
 	fs.StringVar(&f.file, "f", "", "build from the Airfile at `path` (- for standard input)")
+	fs.BoolVar(&f.shared, "shared", false, "build a template every tenant sees (the operator only)")
 	fs.BoolVar(&f.replace, "replace", false, "replace a template of the same name")
 	fs.BoolVar(&f.allowSetuid, "allow-setuid", false, "keep set-user-ID and set-group-ID bits (default: stripped)")
 	fs.BoolVar(&f.noCache, "no-cache", false, "rebuild every step instead of reusing cached layers")
@@ -249,9 +258,9 @@ func (c *cli) templateList(ctx context.Context, args []string) (int, error) {
 		if !t.Builtin {
 			layers, size, shared = fmt.Sprint(t.Layers), formatBytes(t.Size), formatBytes(t.SharedBytes)
 		}
-		rows = append(rows, []string{t.Name, shorten(t.Source, 60), layers, size, shared, formatTime(t.Created)})
+		rows = append(rows, []string{t.Name, templateScope(t), shorten(t.Source, 60), layers, size, shared, formatTime(t.Created)})
 	}
-	if err := c.table([]string{"NAME", "SOURCE", "LAYERS", "SIZE", "SHARED", "CREATED"}, rows); err != nil {
+	if err := c.table([]string{"NAME", "SCOPE", "SOURCE", "LAYERS", "SIZE", "SHARED", "CREATED"}, rows); err != nil {
 		return fail(err)
 	}
 	u := list.Usage
@@ -260,8 +269,17 @@ func (c *cli) templateList(ctx context.Context, args []string) (int, error) {
 	return fail(err)
 }
 
+// templateScope says whose a template is: "shared" or "tenant".
+func templateScope(t client.Template) string {
+	if t.Shared {
+		return "shared"
+	}
+	return "tenant"
+}
+
 func (c *cli) templateInspect(ctx context.Context, args []string) (int, error) {
 	fs := c.flags("template inspect", templateUsage)
+	shared := fs.Bool("shared", false, "the shared template of that name, not your tenant's")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -276,7 +294,11 @@ func (c *cli) templateInspect(ctx context.Context, args []string) (int, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
-	t, err := cl.GetTemplate(ctx, pos[0])
+	get := cl.GetTemplate
+	if *shared {
+		get = cl.GetSharedTemplate
+	}
+	t, err := get(ctx, pos[0])
 	if err != nil {
 		return fail(err)
 	}
@@ -312,6 +334,7 @@ func (c *cli) describeTemplate(t *client.TemplateDetail) error {
 	var b strings.Builder
 	row := func(k, v string) { fmt.Fprintf(&b, "%-11s %s\n", k+":", v) }
 	row("Name", t.Name)
+	row("Scope", templateScope(t.Template))
 	row("Source", t.Source)
 	if t.Builtin {
 		row("Built in", "yes (cannot be removed)")
@@ -362,6 +385,7 @@ type removedJSON struct {
 
 func (c *cli) templateRemove(ctx context.Context, args []string) (int, error) {
 	fs := c.flags("template rm", templateUsage)
+	shared := fs.Bool("shared", false, "remove the shared templates of those names (the operator only)")
 	asJSON := fs.Bool("json", false, "print what was removed as JSON")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -378,8 +402,12 @@ func (c *cli) templateRemove(ctx context.Context, args []string) (int, error) {
 	defer cancel()
 	failed := 0
 	out := []removedJSON{}
+	remove := cl.DeleteTemplate
+	if *shared {
+		remove = cl.DeleteSharedTemplate
+	}
 	for _, name := range pos {
-		freed, err := cl.DeleteTemplate(ctx, name)
+		freed, err := remove(ctx, name)
 		if err != nil {
 			failed++
 			fmt.Fprintf(c.stderr, "airlock: %s: %v\n", name, friendly(err))

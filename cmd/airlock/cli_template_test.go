@@ -66,7 +66,7 @@ func (f *fakeTemplateServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.reqs = append(f.reqs, seen)
 	lines := f.lines
 	f.mu.Unlock()
-	tpl := `{"name":"py","source":"airfile","builtin":false,"layers":2,"size":2048,"shared_bytes":1024,"created":"2026-01-02T03:04:05Z",` +
+	tpl := `{"name":"py","shared":false,"source":"airfile","builtin":false,"layers":2,"size":2048,"shared_bytes":1024,"created":"2026-01-02T03:04:05Z",` +
 		`"layer_list":[{"digest":"sha256:` + strings.Repeat("a", 64) + `","size":1024,"files":3,"shared":true},{"digest":"sha256:` + strings.Repeat("b", 64) + `","size":1024,"files":1,"shared":false}],` +
 		`"config":{"env":["PATH=/usr/bin","LANG=C.UTF-8"],"workdir":"/app","user":"1000","cmd":["python3"],"entrypoint":[],"limits":{"cpus":0.5,"memory_mb":300}}}`
 	switch {
@@ -77,7 +77,7 @@ func (f *fakeTemplateServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		fmt.Fprintf(w, `{"type":"done","template":%s}`+"\n", tpl)
 	case r.Method == "GET" && r.URL.Path == "/v1/templates":
-		fmt.Fprint(w, `{"templates":[{"name":"host","source":"built-in","builtin":true,"layers":0,"size":0,"shared_bytes":0,"created":null},`+
+		fmt.Fprint(w, `{"templates":[{"name":"host","shared":true,"source":"built-in","builtin":true,"layers":0,"size":0,"shared_bytes":0,"created":null},`+
 			`{"name":"py","source":"airfile","builtin":false,"layers":2,"size":2048,"shared_bytes":1024,"created":"2026-01-02T03:04:05Z"}],`+
 			`"usage":{"layers":3,"bytes":3072,"shared_layers":1,"shared_bytes":1024,"unused_layers":0,"unused_bytes":0}}`)
 	case r.Method == "GET" && r.URL.Path == "/v1/templates/py":
@@ -183,6 +183,19 @@ func TestTemplateBuildFlags(t *testing.T) {
 				want := map[string]string{"Airfile": "644:FROM template:host\nCOPY app /app\n", "app/": "dir", "app/x.py": "644:print(1)\n"}
 				if r.Query != "name=py" || r.ContentType != "application/x-tar" || fmt.Sprint(r.Tar) != fmt.Sprint(want) || r.RegistryAuth != regAuth {
 					t.Errorf("request %+v, want tar %v", r, want)
+				}
+			}},
+		{"shared", []string{"template", "build", "py", "--shared", "--from", "template:base"},
+			nil, "", func(t *testing.T, r seenRequest) {
+				want := `{"from":"template:base","name":"py","shared":true}`
+				if got, _ := json.Marshal(r.JSON); string(got) != want {
+					t.Errorf("body %s, want %s", got, want)
+				}
+			}},
+		{"shared context", []string{"template", "build", "py", "--shared", "-f", filepath.Join(dir, "copy/Airfile")},
+			nil, "", func(t *testing.T, r seenRequest) {
+				if r.Query != "name=py&shared=true" || r.ContentType != "application/x-tar" {
+					t.Errorf("request %+v", r)
 				}
 			}},
 		{"explicit context dir", []string{"template", "build", "py", "-f", filepath.Join(dir, "plain/Airfile"), filepath.Join(dir, "other"), "--replace", "--no-cache", "--disk", "100", "--pids", "64"},
@@ -321,7 +334,7 @@ func TestTemplateListInspectRemove(t *testing.T) {
 	if code != 0 || err != nil {
 		t.Fatalf("ls: %d %v", code, err)
 	}
-	for _, want := range []string{"NAME", "host", "built-in", "py", "airfile", "2.0 KiB", "1.0 KiB", "Store: 3 layers, 3.0 KiB on disk"} {
+	for _, want := range []string{"NAME", "SCOPE", "host", "shared", "built-in", "py", "tenant", "airfile", "2.0 KiB", "1.0 KiB", "Store: 3 layers, 3.0 KiB on disk"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("ls output lacks %q:\n%s", want, stdout)
 		}
@@ -339,13 +352,25 @@ func TestTemplateListInspectRemove(t *testing.T) {
 	if code != 0 || err != nil {
 		t.Fatalf("inspect: %d %v", code, err)
 	}
-	for _, want := range []string{"Name:       py", "Workdir:    /app", "Limits:     0.5 CPUs, 300 MB memory", "  LANG=C.UTF-8", "sha256:aaaaaaaaaaaa", "shared", "Cmd:        python3"} {
+	for _, want := range []string{"Name:       py", "Scope:      tenant", "Workdir:    /app", "Limits:     0.5 CPUs, 300 MB memory", "  LANG=C.UTF-8", "sha256:aaaaaaaaaaaa", "shared", "Cmd:        python3"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("inspect output lacks %q:\n%s", want, stdout)
 		}
 	}
 	if code, _, _, err := runCLI(t, srv, nil, "", "template", "inspect", "nope"); code != 1 || err == nil {
 		t.Errorf("inspect missing: %d %v", code, err)
+	}
+	fake.take()
+	// --shared names the shared template of that name.
+	if code, _, _, err := runCLI(t, srv, nil, "", "template", "inspect", "--shared", "py"); code != 0 || err != nil {
+		t.Errorf("inspect --shared: %d %v", code, err)
+	}
+	if code, _, _, err := runCLI(t, srv, nil, "", "template", "rm", "--shared", "py"); code != 0 || err != nil {
+		t.Errorf("rm --shared: %d %v", code, err)
+	}
+	if reqs := fake.take(); len(reqs) != 2 || reqs[0].Method != "GET" || reqs[0].Query != "shared=true" ||
+		reqs[1].Method != "DELETE" || reqs[1].Query != "shared=true" {
+		t.Errorf("--shared requests %+v", reqs)
 	}
 
 	code, stdout, stderr, err := runCLI(t, srv, nil, "", "template", "rm", "py", "busy")

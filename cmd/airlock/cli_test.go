@@ -42,6 +42,8 @@ type cliEnv struct {
 	rt    *runtimefake.Runtime
 	auth  *auth.Service
 	admin string // the admin key of the default tenant
+	// signer signs the server's audit checkpoints.
+	signer *audit.Signer
 	// env is the environment the CLI sees; tests may change it.
 	env map[string]string
 }
@@ -86,7 +88,11 @@ func newCLIEnv(t *testing.T) *cliEnv {
 	if e.admin, err = e.auth.EnsureAdmin(ctx, dataDir); err != nil || e.admin == "" {
 		t.Fatalf("admin key: %q, %v", e.admin, err)
 	}
-	h, err := api.New(api.Config{Sandboxes: e.mgr, Auth: e.auth, Audit: log, AuditLog: log, Keys: e.auth, Records: st, Quota: e.auth})
+	if e.signer, _, err = audit.LoadSigner(filepath.Join(dataDir, "checkpoint.key")); err != nil {
+		t.Fatal(err)
+	}
+	h, err := api.New(api.Config{Sandboxes: e.mgr, Auth: e.auth, Audit: log, AuditLog: log, AuditSigner: e.signer, Keys: e.auth,
+		Tenants: e.auth, Records: st, Quota: e.auth})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,6 +275,13 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"keys", "create", "--scope", "exec"},
 		{"keys", "create", "--name", "x"},
 		{"keys", "revoke"},
+		{"tenants"},
+		{"tenants", "create"},
+		{"tenants", "create", "a", "b"},
+		{"tenants", "create", "--max-sandboxes", "-1", "a"},
+		{"tenants", "ls", "x"},
+		{"tenants", "rm"},
+		{"tenants", "frobnicate"},
 	} {
 		r := e.run("", args...)
 		if r.code != 2 || !errors.Is(r.err, errUsage) || strings.Contains(r.err.Error(), "\n") || r.stdout != "" {
@@ -448,4 +461,56 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+func TestCLITenants(t *testing.T) {
+	e := newCLIEnv(t)
+	r := e.ok("", "tenants", "create", "--id", "acme", "--max-sandboxes", "3", "Acme Corp")
+	key := strings.TrimSpace(r.stdout)
+	if _, _, ok := auth.ParseToken(key); !ok || !strings.Contains(r.stderr, "acme") || !strings.Contains(r.stderr, "shown only once") {
+		t.Fatalf("tenants create: stdout %q stderr %q", r.stdout, r.stderr)
+	}
+	jt := decodeJSON[struct {
+		tenantJSON
+		AdminKey keyJSON `json:"admin_key"`
+	}](t, e.ok("", "tenants", "create", "--json", "Generated").stdout)
+	if !strings.HasPrefix(jt.ID, "t-") || jt.Name != "Generated" || jt.AdminKey.Key == "" || strings.Join(jt.AdminKey.Scopes, ",") != "admin" {
+		t.Errorf("tenants create --json: %+v", jt)
+	}
+	table := e.ok("", "tenants", "ls").stdout
+	for _, want := range []string{"ID", "MAX SANDBOXES", "acme", "Acme Corp", "3", jt.ID, "default"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("tenants ls lacks %q:\n%s", want, table)
+		}
+	}
+	list := decodeJSON[[]tenantJSON](t, e.ok("", "tenants", "ls", "--json").stdout)
+	if len(list) != 3 {
+		t.Errorf("tenants ls --json: %+v", list)
+	}
+
+	// The tenant's key works in its tenant, and is no operator.
+	op := e.env[envAPIKey]
+	e.env[envAPIKey] = key
+	id := e.create()
+	if r := e.run("", "tenants", "ls"); r.code != 1 || !strings.Contains(r.err.Error(), "operator") {
+		t.Errorf("tenants ls with a tenant's admin key: %+v", r)
+	}
+	e.env[envAPIKey] = op
+
+	if r := e.run("", "tenants", "rm", "acme"); r.code != 1 || !strings.Contains(r.stderr, "sandboxes") {
+		t.Errorf("rm with a live sandbox: %+v", r)
+	}
+	e.env[envAPIKey] = key
+	e.ok("", "sandbox", "rm", id)
+	e.env[envAPIKey] = op
+	if r := e.ok("", "tenants", "rm", "acme", jt.ID); r.stdout != "acme\n"+jt.ID+"\n" {
+		t.Errorf("tenants rm printed %q", r.stdout)
+	}
+	if r := e.run("", "tenants", "rm", "acme"); r.code != 1 || !strings.Contains(r.stderr, "not found") {
+		t.Errorf("rm again: %+v", r)
+	}
+	e.env[envAPIKey] = key
+	if r := e.run("", "sandbox", "ls"); r.code != 1 || r.err.Error() != "invalid API key" {
+		t.Errorf("a deleted tenant's key: code %d err %v", r.code, r.err)
+	}
 }

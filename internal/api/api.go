@@ -1,7 +1,8 @@
 // Package api serves Airlock's public REST API (v1): sandboxes, exec,
 // files and an interactive PTY over WebSocket, the audit log, API keys,
-// templates (shared by all tenants: list and inspect with sandboxes:read,
-// build and remove with admin), plus health endpoints. It is
+// tenants (the operator's), templates (a tenant's own and the shared
+// ones: list and inspect with templates:read, build and remove with
+// templates:write; see Templates), plus health endpoints. It is
 // the one place where internal errors become HTTP statuses and public error
 // codes (see publicError).
 //
@@ -11,17 +12,21 @@
 // principal's tenant (sandbox.Spec.Owner); a sandbox of another tenant is
 // reported exactly like one that does not exist. Every mutation (create,
 // delete, timeout, exec, file write, delete and mkdir, PTY session, key
-// create and revoke) is recorded twice in the audit log: an intent,
+// create and revoke, tenant create and delete, template build and delete)
+// is recorded twice in the audit log: an intent,
 // durable before the action is carried out, and its outcome, durable
 // before the response (see call.begin and call.commit); a request refused
 // before the action, and an audit verification, get one outcome record.
-// A tenant sees only its own audit records and keys; the
-// admin scope does not cross tenants. The wire format is documented in
+// A tenant sees only its own audit records, keys and templates (and the
+// shared templates); the admin scope does not cross tenants. What crosses
+// tenants needs the operator scope (auth.ScopeOperator): managing
+// tenants, shared templates and registry pulls. The wire format is documented in
 // api/openapi.yaml, whose routes a test keeps equal to the routes served.
 package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -118,6 +123,16 @@ type Limits struct {
 	WriteIdleTimeout time.Duration
 	// AuditTimeout bounds one append to the audit log. Default 10 s.
 	AuditTimeout time.Duration
+	// MaxInflightPerSandbox caps the buffered execs, exec streams, PTY
+	// sessions and code cells in flight on one sandbox; MaxInflightPerKey
+	// caps them per API key. Defaults 16 and 64.
+	MaxInflightPerSandbox int
+	MaxInflightPerKey     int
+	// InflightMemory caps, daemon-wide, the memory that those requests
+	// may hold: each reserves its worst case when admitted (a buffered
+	// exec 2.5 x MaxOutputBytes + 256 KiB, a stream or PTY session
+	// 4.25 MiB, a code cell 20 MiB; see inflight.go). Default 512 MiB.
+	InflightMemory int64
 }
 
 func (l Limits) withDefaults() Limits {
@@ -146,6 +161,13 @@ func (l Limits) withDefaults() Limits {
 	def(&l.MinBodyRate, 1024)
 	defD(&l.WriteIdleTimeout, 30*time.Second)
 	defD(&l.AuditTimeout, 10*time.Second)
+	if l.MaxInflightPerSandbox <= 0 {
+		l.MaxInflightPerSandbox = 16
+	}
+	if l.MaxInflightPerKey <= 0 {
+		l.MaxInflightPerKey = 64
+	}
+	def(&l.InflightMemory, 512<<20)
 	return l
 }
 
@@ -163,13 +185,22 @@ type Config struct {
 	// before a sandbox is created. With Records set, the store's atomic
 	// check of the tenant's quota applies too (see Records).
 	Quota Quota
-	// AuditLog, if set, serves GET /v1/audit and POST /v1/audit/verify;
-	// without it they answer 501 not_supported. Usually the same
+	// AuditLog, if set, serves GET /v1/audit, POST /v1/audit/verify and
+	// GET /v1/audit/checkpoint; without it they answer 501 not_supported. Usually the same
 	// *audit.Log as Audit.
 	AuditLog AuditLog
+	// AuditSigner, if set, signs the checkpoints of
+	// GET /v1/audit/checkpoint and verifies signed checkpoints given to
+	// POST /v1/audit/verify.
+	AuditSigner *audit.Signer
 	// Keys, if set, serves /v1/keys; without it those routes answer 501
 	// not_supported.
 	Keys KeyManager
+	// Tenants, if set, serves /v1/tenants (it needs Keys too, for the
+	// first admin key of a new tenant) and keeps a deleted tenant's
+	// template builds from registering; without it those routes answer
+	// 501 not_supported.
+	Tenants TenantManager
 	// Records, if set, keeps the durable record of every sandbox the API
 	// creates and destroys (see Records and Handler.SyncRecords).
 	Records Records
@@ -195,15 +226,18 @@ type Handler struct {
 	limiter RateLimiter
 	quota   Quota
 	// auditLog, keys and records are optional (nil: not served / not kept).
-	auditLog AuditLog
-	keys     KeyManager
-	records  Records
-	code     CodeRunner
-	tpl      *templateService
-	ready    func(ctx context.Context) error
-	log      *slog.Logger
-	lim      Limits
-	mux      *http.ServeMux
+	auditLog    AuditLog
+	auditSigner *audit.Signer
+	keys        KeyManager
+	tenants     TenantManager
+	records     Records
+	code        CodeRunner
+	tpl         *templateService
+	ready       func(ctx context.Context) error
+	log         *slog.Logger
+	lim         Limits
+	inflight    *inflight
+	mux         *http.ServeMux
 }
 
 // New returns the API handler for cfg.
@@ -211,26 +245,41 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Sandboxes == nil || cfg.Auth == nil || cfg.Audit == nil {
 		return nil, fmt.Errorf("api: sandboxes, auth and audit are required: %w", errdefs.ErrInvalidArgument)
 	}
+	if cfg.Tenants != nil && cfg.Keys == nil {
+		return nil, fmt.Errorf("api: tenants need keys: %w", errdefs.ErrInvalidArgument)
+	}
 	tpl, err := newTemplateService(cfg.Templates)
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{
-		mgr:      cfg.Sandboxes,
-		authn:    cfg.Auth,
-		auditor:  cfg.Audit,
-		limiter:  cfg.Limiter,
-		quota:    cfg.Quota,
-		auditLog: cfg.AuditLog,
-		keys:     cfg.Keys,
-		records:  cfg.Records,
-		code:     cfg.Code,
-		tpl:      tpl,
-		ready:    cfg.Ready,
-		log:      cfg.Log,
-		lim:      cfg.Limits.withDefaults(),
-		mux:      http.NewServeMux(),
+	if tpl != nil && cfg.Tenants != nil {
+		tpl.ownerGone = func(ctx context.Context, owner string) (bool, error) {
+			t, err := cfg.Tenants.GetTenant(ctx, owner)
+			if errors.Is(err, errdefs.ErrNotFound) {
+				return true, nil
+			}
+			return err == nil && !t.DeletedAt.IsZero(), err
+		}
 	}
+	h := &Handler{
+		mgr:         cfg.Sandboxes,
+		authn:       cfg.Auth,
+		auditor:     cfg.Audit,
+		limiter:     cfg.Limiter,
+		quota:       cfg.Quota,
+		auditLog:    cfg.AuditLog,
+		auditSigner: cfg.AuditSigner,
+		keys:        cfg.Keys,
+		tenants:     cfg.Tenants,
+		records:     cfg.Records,
+		code:        cfg.Code,
+		tpl:         tpl,
+		ready:       cfg.Ready,
+		log:         cfg.Log,
+		lim:         cfg.Limits.withDefaults(),
+		mux:         http.NewServeMux(),
+	}
+	h.inflight = newInflight(h.lim)
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -321,7 +370,7 @@ func NewServer(addr string, h http.Handler, log *slog.Logger) *http.Server {
 // route is one entry of the route table: the only place routes are listed.
 type route struct {
 	method string
-	path   string // a ServeMux pattern path; {id} is a sandbox ID (a key ID under /v1/keys)
+	path   string // a ServeMux pattern path; {id} is a sandbox ID (a key ID under /v1/keys, a tenant ID under /v1/tenants)
 	// scope is what the key needs; "" for the unauthenticated health
 	// endpoints.
 	scope auth.Scope
@@ -369,13 +418,17 @@ func (h *Handler) routes() []route {
 		{"POST", "/v1/sandboxes/{id}/contexts/{cid}/interrupt", auth.ScopeExec, ActionContextInterrupt, h.interruptContext},
 		{"GET", "/v1/audit", auth.ScopeAuditRead, "", h.listAudit},
 		{"POST", "/v1/audit/verify", auth.ScopeAdmin, ActionAuditVerify, h.verifyAudit},
+		{"GET", "/v1/audit/checkpoint", auth.ScopeAdmin, "", h.auditCheckpoint},
 		{"POST", "/v1/keys", auth.ScopeAdmin, ActionKeyCreate, h.createKey},
 		{"GET", "/v1/keys", auth.ScopeAdmin, "", h.listKeys},
 		{"DELETE", "/v1/keys/{id}", auth.ScopeAdmin, ActionKeyRevoke, h.revokeKey},
-		{"GET", "/v1/templates", auth.ScopeSandboxesRead, "", h.listTemplates},
-		{"POST", "/v1/templates", auth.ScopeAdmin, ActionTemplateBuild, h.buildTemplate},
-		{"GET", "/v1/templates/{name}", auth.ScopeSandboxesRead, "", h.getTemplate},
-		{"DELETE", "/v1/templates/{name}", auth.ScopeAdmin, ActionTemplateDelete, h.deleteTemplate},
+		{"POST", "/v1/tenants", auth.ScopeOperator, ActionTenantCreate, h.createTenant},
+		{"GET", "/v1/tenants", auth.ScopeOperator, "", h.listTenants},
+		{"DELETE", "/v1/tenants/{id}", auth.ScopeOperator, ActionTenantDelete, h.deleteTenant},
+		{"GET", "/v1/templates", auth.ScopeTemplatesRead, "", h.listTemplates},
+		{"POST", "/v1/templates", auth.ScopeTemplatesWrite, ActionTemplateBuild, h.buildTemplate},
+		{"GET", "/v1/templates/{name}", auth.ScopeTemplatesRead, "", h.getTemplate},
+		{"DELETE", "/v1/templates/{name}", auth.ScopeTemplatesWrite, ActionTemplateDelete, h.deleteTemplate},
 	}
 }
 

@@ -12,20 +12,26 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
-// AuditLog reads and verifies the audit log for GET /v1/audit and
-// POST /v1/audit/verify. *audit.Log satisfies it.
+// AuditLog reads and verifies the audit log for GET /v1/audit,
+// POST /v1/audit/verify and GET /v1/audit/checkpoint. *audit.Log
+// satisfies it.
 type AuditLog interface {
 	// Select returns a page of the records q selects in ascending Seq
 	// order, of phase only if it is not empty.
 	Select(ctx context.Context, q audit.Query, phase audit.Phase) (audit.Page, error)
-	// Verify checks the whole chain against the given checkpoints.
-	Verify(ctx context.Context, checkpoints ...store.AuditHead) (audit.Report, error)
+	// VerifyCheckpoints checks the whole chain against the given
+	// checkpoints, whose signatures the caller has checked.
+	VerifyCheckpoints(ctx context.Context, checkpoints ...audit.Checkpoint) (audit.Report, error)
+	// Head returns the last record committed.
+	Head() store.AuditHead
 }
 
 // Caps on audit requests.
 const (
-	// maxCheckpoints caps the checkpoints of one verify request.
-	maxCheckpoints = 64
+	// maxCheckpoints caps the checkpoints of one verify request: a day
+	// of checkpoints exported every 5 minutes fits 3 times over, and a
+	// request of that many stays far below the body cap.
+	maxCheckpoints = 1024
 	// maxAuditSeq caps seq values (the store refuses larger ones).
 	maxAuditSeq = audit.MaxSeq
 )
@@ -47,9 +53,19 @@ type auditHeadJSON struct {
 }
 
 // verifyRequest is the optional body of POST /v1/audit/verify:
-// anchors saved earlier (off the host) that the chain must still match.
+// checkpoints saved earlier (off the host) that the chain must still
+// match. Each is either a bare seq and hash the caller kept, or a
+// checkpoint this daemon signed (GET /v1/audit/checkpoint or the export
+// file), with time, key_id and signature.
 type verifyRequest struct {
-	Checkpoints []auditHeadJSON `json:"checkpoints"`
+	Checkpoints []audit.Checkpoint `json:"checkpoints"`
+}
+
+// checkpointResponse is the body of GET /v1/audit/checkpoint.
+type checkpointResponse struct {
+	Checkpoint audit.Checkpoint `json:"checkpoint"`
+	// PublicKey verifies it: PEM, "PUBLIC KEY" (PKIX, ed25519).
+	PublicKey string `json:"public_key"`
 }
 
 // verifyResponse is the body of POST /v1/audit/verify.
@@ -72,6 +88,12 @@ type verifyResponse struct {
 // auditNotServed is the answer of the audit routes without Config.AuditLog.
 func auditNotServed() error {
 	return &apiError{status: http.StatusNotImplemented, code: CodeNotSupported, msg: "this server does not serve the audit log"}
+}
+
+// checkpointsNotServed is the answer about signed checkpoints without
+// Config.AuditSigner.
+func checkpointsNotServed() error {
+	return &apiError{status: http.StatusNotImplemented, code: CodeNotSupported, msg: "this server does not sign audit checkpoints"}
 }
 
 // parseAuditQuery parses the query of GET /v1/audit for tenant: action,
@@ -161,14 +183,26 @@ func (h *Handler) verifyAudit(c *call) error {
 	if len(req.Checkpoints) > maxCheckpoints {
 		return invalidf("at most %d checkpoints", maxCheckpoints)
 	}
-	cps := make([]store.AuditHead, 0, len(req.Checkpoints))
-	for _, cp := range req.Checkpoints {
-		if cp.Seq < 1 || cp.Seq > maxAuditSeq || !hexHash.MatchString(cp.Hash) {
-			return invalidf("a checkpoint needs a seq of at least 1 and a hash of 64 lowercase hex digits")
+	cps := req.Checkpoints
+	signed := 0
+	for i, cp := range cps {
+		if !cp.Signed() {
+			if cp.Seq < 1 || cp.Seq > maxAuditSeq || !hexHash.MatchString(cp.Hash) {
+				return invalidf("checkpoint %d: an unsigned checkpoint needs a seq of at least 1 and a hash of 64 lowercase hex digits", i+1)
+			}
+			continue
 		}
-		cps = append(cps, store.AuditHead{Seq: cp.Seq, Hash: cp.Hash})
+		// A signed checkpoint must be this daemon's: a forged or edited
+		// one, or one of another key, is refused rather than trusted.
+		if h.auditSigner == nil {
+			return checkpointsNotServed()
+		}
+		if err := h.auditSigner.Public().Verify(cp); err != nil {
+			return invalidf("checkpoint %d: %s", i+1, stripClass(err.Error(), errdefs.ErrInvalidArgument))
+		}
+		signed++
 	}
-	rep, err := h.auditLog.Verify(c.r.Context(), cps...)
+	rep, err := h.auditLog.VerifyCheckpoints(c.r.Context(), cps...)
 	if err != nil {
 		return err
 	}
@@ -185,7 +219,8 @@ func (h *Handler) verifyAudit(c *call) error {
 			out.OpenIntentSeqs = append(out.OpenIntentSeqs, o.Seq)
 		}
 	}
-	c.ev.Details = map[string]any{"ok": rep.OK, "records": rep.Checked, "checkpoints": len(cps), "open_intents": rep.OpenIntents}
+	c.ev.Details = map[string]any{"ok": rep.OK, "records": rep.Checked, "checkpoints": len(cps), "signed_checkpoints": signed,
+		"open_intents": rep.OpenIntents}
 	if !rep.OK {
 		c.ev.Details["first_bad_seq"] = rep.BadSeq
 	}
@@ -193,4 +228,22 @@ func (h *Handler) verifyAudit(c *call) error {
 		return err
 	}
 	return c.json(http.StatusOK, out)
+}
+
+// auditCheckpoint serves GET /v1/audit/checkpoint: the head of the chain
+// (the last record committed) signed with the daemon's checkpoint key,
+// and the public key that verifies it. Like verify, it covers every
+// tenant's records: a seq and a hash, nothing of their content.
+func (h *Handler) auditCheckpoint(c *call) error {
+	if h.auditLog == nil {
+		return auditNotServed()
+	}
+	if h.auditSigner == nil {
+		return checkpointsNotServed()
+	}
+	cp, err := h.auditSigner.Sign(h.auditLog.Head())
+	if err != nil {
+		return err
+	}
+	return c.json(http.StatusOK, checkpointResponse{Checkpoint: cp, PublicKey: string(h.auditSigner.Public().PEM())})
 }

@@ -3,9 +3,11 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/auth"
+	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
 func TestAuditList(t *testing.T) {
@@ -237,6 +240,125 @@ func TestAuditVerify(t *testing.T) {
 	}
 }
 
+// clientCheckpoint is cp as the client sends it.
+func clientCheckpoint(cp audit.Checkpoint) client.AuditCheckpoint {
+	return client.AuditCheckpoint{Seq: cp.Seq, Hash: cp.Hash, Time: cp.Time, KeyID: cp.KeyID, Signature: cp.Signature}
+}
+
+func TestAuditCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	signer, _, err := audit.LoadSigner(filepath.Join(t.TempDir(), "checkpoint.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newRealEnv(t, func(c *Config) { c.AuditSigner = signer })
+	a := e.client(e.adminA)
+	for range 2 {
+		if _, err := a.CreateSandbox(ctx, client.CreateSandboxRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := a.AuditCheckpoint(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := res.Checkpoint
+	if got.Seq != 4 || got.Hash != e.log.Head().Hash || got.KeyID != signer.Public().ID() || time.Since(got.Time) > time.Minute {
+		t.Errorf("checkpoint %+v, want seq 4 at head %s signed by %s", got, e.log.Head().Hash, signer.Public().ID())
+	}
+	// The exported public key verifies it offline.
+	pub, err := audit.ParsePublicKey([]byte(res.PublicKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := audit.Checkpoint{Seq: got.Seq, Hash: got.Hash, Time: got.Time, KeyID: got.KeyID, Signature: got.Signature}
+	if err := pub.Verify(cp); err != nil {
+		t.Errorf("offline verification: %v", err)
+	}
+	if e.log.Head().Seq != 4 {
+		t.Errorf("a checkpoint was audited: head at %d", e.log.Head().Seq)
+	}
+
+	// The log still holds what the checkpoint vouches for.
+	rep, err := a.AuditVerifyCheckpoints(ctx, got)
+	if err != nil || !rep.OK || rep.Records != 4 {
+		t.Errorf("verify with the daemon's checkpoint: %+v, %v", rep, err)
+	}
+	recs, _, err := a.AuditList(ctx, client.AuditQuery{Action: ActionAuditVerify})
+	if err != nil || len(recs) != 1 || !strings.Contains(string(recs[0].Details), `"signed_checkpoints":1`) {
+		t.Errorf("audit.verify records: %+v, %v", recs, err)
+	}
+	// Genuine checkpoints the log no longer matches: of records since cut
+	// off (a truncated or wiped log), and of another record at seq 2 (a
+	// rewritten chain).
+	head := e.log.Head()
+	beyond, err := signer.Sign(store.AuditHead{Seq: head.Seq + 3, Hash: strings.Repeat("ab", 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rewritten, err := signer.Sign(store.AuditHead{Seq: 2, Hash: strings.Repeat("cd", 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		cp      audit.Checkpoint
+		wantBad uint64
+		wantIn  string
+	}{
+		{beyond, head.Seq + 1, "records were removed"},
+		{rewritten, 2, "the chain was rewritten"},
+	} {
+		rep, err := a.AuditVerifyCheckpoints(ctx, got, clientCheckpoint(tt.cp))
+		if err != nil || rep.OK || rep.FirstBadSeq != tt.wantBad || !strings.Contains(rep.Reason, tt.wantIn) ||
+			!strings.Contains(rep.Reason, fmt.Sprintf("checkpoint seq %d", tt.cp.Seq)) {
+			t.Errorf("verify with %s: %+v, %v; want bad seq %d naming it (%q)", tt.cp, rep, err, tt.wantBad, tt.wantIn)
+		}
+	}
+
+	// Forged checkpoints are refused, whatever else is sent with them.
+	edited := cp
+	edited.Seq = 3
+	other, _, err := audit.LoadSigner(filepath.Join(t.TempDir(), "other.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, _ := other.Sign(e.log.Head())
+	unsignedTime := clientCheckpoint(cp)
+	unsignedTime.Signature = ""
+	for _, tt := range []struct {
+		name   string
+		cp     client.AuditCheckpoint
+		wantIn string
+	}{
+		{"edited", clientCheckpoint(edited), "does not match"},
+		{"another key", clientCheckpoint(foreign), "signed by key " + other.Public().ID()},
+		{"signature removed", unsignedTime, "signature"},
+	} {
+		_, err := a.AuditVerifyCheckpoints(ctx, got, tt.cp)
+		if !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), "checkpoint 2") || !strings.Contains(err.Error(), tt.wantIn) {
+			t.Errorf("%s checkpoint: %v, want invalid naming checkpoint 2 (%q)", tt.name, err, tt.wantIn)
+		}
+	}
+	// Admin only, like verify.
+	if _, err := e.client(e.key(tenantA, auth.ScopeAuditRead)).AuditCheckpoint(ctx); !errors.Is(err, client.ErrForbidden) {
+		t.Errorf("checkpoint without admin: %v", err)
+	}
+
+	// A daemon without a signing key: no checkpoints, and signed ones
+	// cannot be checked; bare heads still work.
+	plain := newRealEnv(t)
+	p := plain.client(plain.adminA)
+	if _, err := p.AuditCheckpoint(ctx); !errors.Is(err, client.ErrNotSupported) {
+		t.Errorf("checkpoint without a signer: %v", err)
+	}
+	if _, err := p.AuditVerifyCheckpoints(ctx, got); !errors.Is(err, client.ErrNotSupported) {
+		t.Errorf("signed checkpoint without a signer: %v", err)
+	}
+	if rep, err := p.AuditVerify(ctx); err != nil || !rep.OK {
+		t.Errorf("verify without a signer: %+v, %v", rep, err)
+	}
+}
+
 func TestAuditNotServed(t *testing.T) {
 	ctx := context.Background()
 	e := newTestEnv(t)
@@ -246,6 +368,9 @@ func TestAuditNotServed(t *testing.T) {
 	}
 	if _, err := c.AuditVerify(ctx); !errors.Is(err, client.ErrNotSupported) {
 		t.Errorf("verify without an audit log: %v", err)
+	}
+	if _, err := c.AuditCheckpoint(ctx); !errors.Is(err, client.ErrNotSupported) {
+		t.Errorf("checkpoint without an audit log: %v", err)
 	}
 	if _, err := c.ListKeys(ctx); !errors.Is(err, client.ErrNotSupported) {
 		t.Errorf("keys without a key manager: %v", err)

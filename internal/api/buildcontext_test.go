@@ -123,8 +123,8 @@ func TestBuildContextUpload(t *testing.T) {
 	if err := os.Symlink("main.py", filepath.Join(dir, "app/link.py")); err != nil {
 		t.Fatal(err)
 	}
-	tpl, err := e.client(tkAdminA).BuildTemplateContext(ctx, client.BuildContextRequest{
-		Name: "ctx", Airfile: []byte(okAirfile), ContextDir: dir, NoCache: true, Insecure: true,
+	tpl, err := e.client(tkOp).BuildTemplateContext(ctx, client.BuildContextRequest{
+		Name: "ctx", Shared: true, Airfile: []byte(okAirfile), ContextDir: dir, NoCache: true, Insecure: true,
 		RegistryAuth: &client.RegistryAuth{Token: "tok"}, Limits: &client.Limits{CPUs: 1.5, MemoryMB: 64, DiskMB: 100, Pids: 50},
 	}, nil)
 	if err != nil {
@@ -134,7 +134,7 @@ func TestBuildContextUpload(t *testing.T) {
 		t.Errorf("template %+v", tpl)
 	}
 	reqs := e.builder.requests()
-	if len(reqs) != 1 || string(reqs[0].Airfile) != okAirfile || !reqs[0].NoCache || !reqs[0].Insecure || reqs[0].AllowSetuid ||
+	if len(reqs) != 1 || string(reqs[0].Airfile) != okAirfile || !reqs[0].NoCache || !reqs[0].Insecure || reqs[0].AllowSetuid || reqs[0].Owner != "" ||
 		reqs[0].Registry.Token != "tok" || reqs[0].ContextDir == "" {
 		t.Fatalf("requests %+v", reqs)
 	}

@@ -191,6 +191,12 @@ func (h *Handler) runCode(c *call) error {
 	if rreq.ContextID != "" {
 		c.ev.Details["context_id"] = auditTarget(rreq.ContextID)
 	}
+	addEnvDetails(c.ev.Details, rreq.Env)
+	release, err := c.admit(sb.ID, codeCellCost)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if err := c.begin(); err != nil {
 		return err
 	}
@@ -300,6 +306,7 @@ func (h *Handler) createContext(c *call) error {
 		return err
 	}
 	c.ev.Details = map[string]any{"language": string(lang)}
+	addEnvDetails(c.ev.Details, req.Env)
 	if err := c.begin(); err != nil {
 		return err
 	}

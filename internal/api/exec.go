@@ -3,12 +3,17 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
 	"mime"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -134,15 +139,10 @@ func (req *execRequest) agentRequest(lim Limits) (agentclient.ExecRequest, error
 	case req.TimeoutS == 0:
 		timeout = lim.DefaultExecTimeout
 	}
-	var stdin []byte
-	switch {
-	case req.Stdin != nil && req.StdinB64 != nil:
+	if req.Stdin != nil && req.StdinB64 != nil {
 		return out, invalidf("give either stdin or stdin_b64, not both")
-	case req.Stdin != nil:
-		stdin = []byte(*req.Stdin)
-	case req.StdinB64 != nil:
-		stdin = req.StdinB64
 	}
+	stdin, hasStdin := req.stdin()
 	if len(stdin) > lim.MaxStdinBytes {
 		return out, invalidf("stdin is larger than %d bytes", lim.MaxStdinBytes)
 	}
@@ -154,10 +154,84 @@ func (req *execRequest) agentRequest(lim Limits) (agentclient.ExecRequest, error
 		User:    req.User,
 		Timeout: timeout,
 	}
-	if req.Stdin != nil || req.StdinB64 != nil {
+	if hasStdin {
 		out.Stdin = bytes.NewReader(stdin)
 	}
 	return out, nil
+}
+
+// size is about what the decoded request holds while its exec runs: its
+// command, environment and stdin.
+func (req *execRequest) size() int64 {
+	n := len(req.Command) + len(req.Cwd) + len(req.User) + len(req.StdinB64)
+	for _, a := range req.Cmd {
+		n += len(a) + 16 // the string header
+	}
+	for k, v := range req.Env {
+		n += len(k) + len(v) + 32
+	}
+	if req.Stdin != nil {
+		n += len(*req.Stdin)
+	}
+	return int64(n)
+}
+
+// stdin returns the stdin the request gives, and whether it gives one.
+func (req *execRequest) stdin() ([]byte, bool) {
+	switch {
+	case req.Stdin != nil:
+		return []byte(*req.Stdin), true
+	case req.StdinB64 != nil:
+		return req.StdinB64, true
+	}
+	return nil, false
+}
+
+// auditDetails is the request summary of an exec in the audit log: the
+// command (capped), the user, and what the process gets besides its
+// command (see addInputDetails).
+func (req *execRequest) auditDetails() map[string]any {
+	d := map[string]any{"command": req.commandText()}
+	if req.User != "" {
+		d["user"] = req.User
+	}
+	if stdin, ok := req.stdin(); ok {
+		addStdinDetails(d, stdin)
+	}
+	addEnvDetails(d, req.Env)
+	return d
+}
+
+// addStdinDetails records the sha256 and size of a process's stdin, so
+// that a payload piped into a shell leaves a trace that can be matched
+// against a copy of it.
+func addStdinDetails(d map[string]any, stdin []byte) {
+	sum := sha256.Sum256(stdin)
+	d["stdin_sha256"] = hex.EncodeToString(sum[:])
+	d["stdin_bytes"] = len(stdin)
+}
+
+// addEnvDetails records the names of the environment variables a request
+// sets ("env": sorted, comma-separated) and a sha256 over the names and
+// values, never the values themselves, which may be secrets: env_sha256
+// is the sha256 of NAME=VALUE followed by a NUL byte for each variable in
+// the order of "env" (names and values hold no NUL). The digest shows whether the
+// environment was a known one; it does not hide a value that can be
+// guessed (a flag, a small number) from someone who has the record.
+func addEnvDetails(d map[string]any, env map[string]string) {
+	if len(env) == 0 {
+		return
+	}
+	names := slices.Sorted(maps.Keys(env))
+	h := sha256.New()
+	for _, k := range names {
+		h.Write([]byte(k))
+		h.Write([]byte{'='})
+		h.Write([]byte(env[k]))
+		h.Write([]byte{0})
+	}
+	d["env"] = strings.Join(names, ",")
+	d["env_sha256"] = hex.EncodeToString(h.Sum(nil))
 }
 
 // commandText is the command as recorded in the audit log, capped.
@@ -186,17 +260,6 @@ func resultJSON(r *agentclient.ExecResult) execResult {
 		PeakMemoryBytes: r.PeakMemoryBytes,
 		Error:           clean(r.Error),
 	}
-}
-
-// encodeOutput returns b as (text, nil) when it is valid UTF-8 and as
-// (nil, base64) otherwise.
-func encodeOutput(b []byte) (text, b64 *string) {
-	if utf8.Valid(b) {
-		s := string(b)
-		return &s, nil
-	}
-	s := base64.StdEncoding.EncodeToString(b)
-	return nil, &s
 }
 
 // wantsNDJSON reports whether the Accept header asks for streamed output.
@@ -228,16 +291,23 @@ func (h *Handler) exec(c *call) error {
 	if err != nil {
 		return err
 	}
-	c.ev.Details = map[string]any{"command": req.commandText()}
-	if req.User != "" {
-		c.ev.Details["user"] = req.User
+	c.ev.Details = req.auditDetails()
+	stream := wantsNDJSON(c.r)
+	cost := h.execCost()
+	if stream {
+		cost = streamCost
 	}
+	release, err := c.admit(sb.ID, cost+req.size())
+	if err != nil {
+		return err
+	}
+	defer release()
 	if err := c.begin(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(c.r.Context(), areq.Timeout+execGrace)
 	defer cancel()
-	if wantsNDJSON(c.r) {
+	if stream {
 		return h.execStream(ctx, c, sb.ID, areq)
 	}
 	stdout := &capBuffer{max: h.lim.MaxOutputBytes}
@@ -252,8 +322,6 @@ func (h *Handler) exec(c *call) error {
 		return err
 	}
 	out := resultJSON(res)
-	out.Stdout, out.StdoutB64 = encodeOutput(stdout.buf.Bytes())
-	out.Stderr, out.StderrB64 = encodeOutput(stderr.buf.Bytes())
 	out.StdoutTruncated = out.StdoutTruncated || stdout.truncated
 	out.StderrTruncated = out.StderrTruncated || stderr.truncated
 	if err != nil {
@@ -264,7 +332,7 @@ func (h *Handler) exec(c *call) error {
 	if err := c.commit(); err != nil {
 		return err
 	}
-	return c.json(http.StatusOK, out)
+	return c.writeExecResult(out, stdout.buf, stderr.buf)
 }
 
 // addExitDetails records how the process ended in the audit event.
@@ -277,20 +345,111 @@ func addExitDetails(c *call, res *agentclient.ExecResult) {
 	}
 }
 
-// capBuffer keeps the first max bytes written to it.
+// capBuffer keeps the first max bytes written to it. Its buffer grows by
+// doubling but never past max, so it holds at most max bytes, and at most
+// 1.5 x max while it grows.
 type capBuffer struct {
-	buf       bytes.Buffer
+	buf       []byte
 	max       int
 	truncated bool
 }
 
+// minCapBuffer is the first allocation of a capBuffer that gets output.
+const minCapBuffer = 4 << 10
+
 func (b *capBuffer) Write(p []byte) (int, error) {
-	if room := b.max - b.buf.Len(); len(p) > room {
+	n := len(p)
+	if room := b.max - len(b.buf); len(p) > room {
 		b.truncated = true
-		b.buf.Write(p[:max(room, 0)])
-		return len(p), nil
+		p = p[:max(room, 0)]
 	}
-	return b.buf.Write(p)
+	if need := len(b.buf) + len(p); need > cap(b.buf) {
+		grown := make([]byte, len(b.buf), min(max(2*cap(b.buf), need, minCapBuffer), b.max))
+		copy(grown, b.buf)
+		b.buf = grown
+	}
+	b.buf = append(b.buf, p...)
+	return n, nil
+}
+
+// jsonChunk is how much output writeExecResult encodes at a time: the
+// encoded chunk takes at most 6 times that (\u00XX escapes).
+const jsonChunk = 8 << 10
+
+// writeExecResult writes out with stdout and stderr as the 200 response
+// of a buffered exec. The output is encoded in chunks straight to the
+// connection, so that the response never exists whole in memory (its
+// JSON escapes could make it 6 times the output). A client that does not
+// take a write within Limits.WriteIdleTimeout has its connection cut.
+func (c *call) writeExecResult(out execResult, stdout, stderr []byte) error {
+	head, err := json.Marshal(out) // without the output, which is nil
+	if err != nil {
+		return fmt.Errorf("encode exec result: %w: %v", errdefs.ErrInternal, err)
+	}
+	h := c.w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	c.w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(c.w)
+	w := &idleWriter{w: c.w, rc: rc, idle: c.h.lim.WriteIdleTimeout}
+	w.write(head[:len(head)-1]) // without its closing brace
+	writeOutputField(w, "stdout", stdout)
+	writeOutputField(w, "stderr", stderr)
+	w.write([]byte("}\n"))
+	if w.err == nil {
+		w.err = rc.Flush()
+	}
+	if w.err != nil {
+		abortConn(rc)
+	}
+	_ = rc.SetWriteDeadline(time.Time{})
+	return nil
+}
+
+// writeOutputField writes `,"name":"..."` with b as JSON text when it is
+// valid UTF-8, else `,"name_b64":"..."` with b in standard base64.
+func writeOutputField(w *idleWriter, name string, b []byte) {
+	if !utf8.Valid(b) {
+		w.write([]byte(`,"` + name + `_b64":"`))
+		enc := base64.NewEncoder(base64.StdEncoding, w)
+		_, _ = enc.Write(b)
+		_ = enc.Close()
+		w.write([]byte(`"`))
+		return
+	}
+	w.write([]byte(`,"` + name + `":"`))
+	for len(b) > 0 {
+		n := min(len(b), jsonChunk)
+		for n < len(b) && !utf8.RuneStart(b[n]) {
+			n-- // end the chunk on a character boundary
+		}
+		enc, _ := json.Marshal(string(b[:n])) // a string always encodes
+		w.write(enc[1 : len(enc)-1])          // without the quotes
+		b = b[n:]
+	}
+	w.write([]byte(`"`))
+}
+
+// idleWriter writes to a response with a write deadline of idle per
+// write; after the first failure it writes nothing and keeps the error.
+type idleWriter struct {
+	w    io.Writer
+	rc   *http.ResponseController
+	idle time.Duration
+	err  error
+}
+
+func (w *idleWriter) write(p []byte) { _, _ = w.Write(p) }
+
+func (w *idleWriter) Write(p []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.idle))
+	n, err := w.w.Write(p)
+	w.err = err
+	return n, err
 }
 
 // execStream runs the exec with its output streamed as NDJSON lines. The

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/auth"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/template"
 )
 
 // routeRequest is a request that would succeed on route for the
@@ -50,9 +52,13 @@ var routeRequests = map[string]routeRequest{
 	"POST /v1/sandboxes/{id}/contexts/{cid}/interrupt": {},
 	"GET /v1/audit":                                    {},
 	"POST /v1/audit/verify":                            {},
+	"GET /v1/audit/checkpoint":                         {},
 	"POST /v1/keys":                                    {body: `{"name":"k","scopes":["exec"]}`},
 	"GET /v1/keys":                                     {},
 	"DELETE /v1/keys/{id}":                             {},
+	"POST /v1/tenants":                                 {body: `{"name":"n"}`},
+	"GET /v1/tenants":                                  {},
+	"DELETE /v1/tenants/{id}":                          {},
 	"GET /v1/templates":                                {},
 	"POST /v1/templates":                               {body: `{"name":"n","from":"x/y:1"}`},
 	"GET /v1/templates/{name}":                         {},
@@ -262,4 +268,193 @@ func TestRateLimitAndQuota(t *testing.T) {
 		t.Errorf("create after a delete: %v", err)
 	}
 	waitUntil(t, 5*time.Second, "refused sandboxes to be destroyed", func() bool { return len(e.rt.Live()) == 3 })
+}
+
+// TestTemplateTenantIsolation: a tenant's templates are its own. Another
+// tenant's key, even an admin's, finds them exactly as it finds a missing
+// template on every template route and at sandbox creation, never lists
+// them and never learns through layer sharing that they exist; a name
+// resolves to the tenant's own template, then the shared one.
+func TestTemplateTenantIsolation(t *testing.T) {
+	ctx := context.Background()
+	e := newTplEnv(t)
+	a, b, op := e.client(tkAdminA), e.client(tkAdminB), e.client(tkOp)
+	for _, name := range []string{"secret", "py", "private"} {
+		if _, err := a.BuildTemplate(ctx, client.BuildTemplateRequest{Name: name, From: "template:host"}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"py", "base"} {
+		if _, err := op.BuildTemplate(ctx, client.BuildTemplateRequest{Name: name, Shared: true, From: "registry.test/" + name + ":1"}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.audit.take()
+
+	const missing = "no-such-template"
+	for _, rt := range e.h.routes() {
+		if rt.path != "/v1/templates/{name}" {
+			continue
+		}
+		t.Run(rt.method+" "+rt.path, func(t *testing.T) {
+			for _, q := range []string{"", "?shared=true"} {
+				resp, body := e.do(rt.method, "/v1/templates/secret"+q, tkAdminB, "", nil)
+				mresp, mbody := e.do(rt.method, "/v1/templates/"+missing+q, tkAdminB, "", nil)
+				if resp.StatusCode != 404 || errCode(t, body) != CodeNotFound {
+					t.Fatalf("other tenant: %d %s, want 404 not_found", resp.StatusCode, body)
+				}
+				got := strings.ReplaceAll(string(body), "secret", "NAME")
+				want := strings.ReplaceAll(string(mbody), missing, "NAME")
+				if mresp.StatusCode != resp.StatusCode || got != want {
+					t.Errorf("another tenant's template answers differently from a missing one:\n%s\n%s", body, mbody)
+				}
+			}
+		})
+	}
+	if _, err := b.CreateSandbox(ctx, client.CreateSandboxRequest{Template: "secret"}); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("tenant B creates a sandbox of A's template: %v", err)
+	}
+	if _, err := b.CreateSandbox(ctx, client.CreateSandboxRequest{Template: tenantA + "~secret"}); !errors.Is(err, client.ErrInvalid) {
+		t.Errorf("tenant B names A's template by its store name: %v", err)
+	}
+	if _, err := e.store.Get(template.StoreName(tenantA, "secret")); err != nil {
+		t.Fatalf("A's template after B's requests: %v", err)
+	}
+	for _, ev := range e.audit.take() {
+		// A sandbox create records its intent before its template is
+		// resolved; nothing else of B's may start, nothing succeed.
+		if ev.TenantID == tenantB && (ev.Outcome == audit.OutcomeOK || (ev.Outcome == audit.OutcomeIntent && ev.Action != ActionSandboxCreate)) {
+			t.Errorf("tenant B's request started or succeeded: %+v", ev)
+		}
+	}
+
+	// B's list: the built-in and shared templates only.
+	names := func(c *client.Client) []string {
+		t.Helper()
+		l, err := c.ListTemplates(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, tp := range l.Templates {
+			n := tp.Name
+			if !tp.Shared {
+				n = "own:" + n
+			}
+			out = append(out, n)
+		}
+		return out
+	}
+	if got, want := names(b), []string{"base", "host", "py"}; !slices.Equal(got, want) {
+		t.Errorf("tenant B lists %v, want %v", got, want)
+	}
+	if got, want := names(a), []string{"base", "host", "own:private", "own:py", "py", "own:secret"}; !slices.Equal(got, want) {
+		t.Errorf("tenant A lists %v, want %v", got, want)
+	}
+
+	// B builds a template of the same name: its own, no conflict; its
+	// layers, equal to A's here, are not reported shared with A's.
+	mine, err := b.BuildTemplate(ctx, client.BuildTemplateRequest{Name: "secret", From: "template:base"}, nil)
+	if err != nil {
+		t.Fatalf("tenant B builds a name A uses: %v", err)
+	}
+	if mine.Shared || mine.LayerList[1].Shared || mine.SharedBytes != 1000 {
+		t.Errorf("tenant B's template %+v: its own layer must not show A's use of it", mine)
+	}
+	l, _ := b.ListTemplates(ctx)
+	// The layers B sees: the common base, py's and its secret's, not
+	// A's private one.
+	if l.Usage.Bytes != 3000 || l.Usage.Layers != 3 {
+		t.Errorf("tenant B's usage %+v counts layers it cannot see", l.Usage)
+	}
+	if am, _ := e.store.Get(template.StoreName(tenantA, "secret")); len(am.Layers) != 2 {
+		t.Errorf("A's template changed: %+v", am)
+	}
+
+	// A name resolves to the tenant's own template, then the shared one.
+	sa, err := e.client(tkWriteA).CreateSandbox(ctx, client.CreateSandboxRequest{Template: "py"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.mgr.Get(sa.ID); got.Template != template.StoreName(tenantA, "py") || sa.Template != "py" {
+		t.Errorf("tenant A's sandbox of py uses %q (shows %q), want its own", got.Template, sa.Template)
+	}
+	if d, err := a.GetTemplate(ctx, "py"); err != nil || d.Shared {
+		t.Errorf("tenant A gets py: %+v, %v; want its own", d, err)
+	}
+	if d, err := a.GetSharedTemplate(ctx, "py"); err != nil || !d.Shared {
+		t.Errorf("tenant A gets the shared py: %+v, %v", d, err)
+	}
+	if err := e.client(tkWriteA).DeleteSandbox(ctx, sa.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.DeleteTemplate(ctx, "py"); err != nil {
+		t.Fatalf("tenant A deletes its own py: %v", err)
+	}
+	if _, err := e.store.Get("py"); err != nil {
+		t.Errorf("deleting A's py removed the shared one: %v", err)
+	}
+	if d, err := a.GetTemplate(ctx, "py"); err != nil || !d.Shared {
+		t.Errorf("tenant A gets py after deleting its own: %+v, %v; want the shared one", d, err)
+	}
+}
+
+// TestTemplateOperatorOnly: a tenant's admin (not the operator) may not
+// build or remove shared templates, nor make the daemon pull from a
+// registry, through either build form.
+func TestTemplateOperatorOnly(t *testing.T) {
+	ctx := context.Background()
+	e := newTplEnv(t)
+	if _, err := e.client(tkOp).BuildTemplate(ctx, client.BuildTemplateRequest{Name: "base", Shared: true, From: "registry.test/base:1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.audit.take()
+	for _, key := range []string{tkAdminA, tkTplA} {
+		c := e.client(key)
+		for _, req := range []client.BuildTemplateRequest{
+			{Name: "n", Shared: true, From: "template:base"},
+			{Name: "n", From: "attacker.test:22/x:1"},
+			{Name: "n", Airfile: "FROM 10.0.0.1:6379/x\nRUN true\n"},
+			{Name: "n", From: "template:base", Insecure: true},
+		} {
+			if _, err := c.BuildTemplate(ctx, req, nil); !errors.Is(err, client.ErrForbidden) || !strings.Contains(err.Error(), "operator") {
+				t.Errorf("key %s builds %+v: %v, want forbidden", key, req, err)
+			}
+		}
+		dir := t.TempDir()
+		for _, af := range []string{"FROM attacker.test:22/x:1\n", "FROM template:base\n"} {
+			shared := strings.Contains(af, "template:")
+			_, err := c.BuildTemplateContext(ctx, client.BuildContextRequest{Name: "n", Shared: shared, Airfile: []byte(af), ContextDir: dir}, nil)
+			if !errors.Is(err, client.ErrForbidden) {
+				t.Errorf("key %s builds a context with %q (shared %v): %v, want forbidden", key, af, shared, err)
+			}
+		}
+		for _, del := range []func() error{
+			func() error { _, err := c.DeleteTemplate(ctx, "base"); return err },
+			func() error { _, err := c.DeleteSharedTemplate(ctx, "base"); return err },
+		} {
+			if err := del(); !errors.Is(err, client.ErrForbidden) {
+				t.Errorf("key %s removes a shared template: %v, want forbidden", key, err)
+			}
+		}
+	}
+	if n := len(e.builder.requests()); n != 1 {
+		t.Errorf("the builder ran %d times, want only the operator's build", n)
+	}
+	if _, err := e.store.Get("base"); err != nil {
+		t.Errorf("the shared template after refused requests: %v", err)
+	}
+	for _, ev := range e.audit.take() {
+		if ev.Outcome == audit.OutcomeOK || ev.Outcome == audit.OutcomeIntent {
+			t.Errorf("a refused request started or succeeded: %+v", ev)
+		}
+	}
+	// A tenant key with templates:write builds its own from a shared
+	// template, without the admin scope.
+	if tpl, err := e.client(tkTplA).BuildTemplate(ctx, client.BuildTemplateRequest{Name: "n", From: "template:base"}, nil); err != nil || tpl.Shared {
+		t.Errorf("templates:write key builds its own: %+v, %v", tpl, err)
+	}
+	if r := e.builder.requests(); len(r) != 2 || r[1].Owner != tenantA || r[1].Name != "n" {
+		t.Errorf("builder requests %+v", r)
+	}
 }

@@ -2,13 +2,17 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -139,6 +143,11 @@ func (h *Handler) pty(c *call) error {
 	if params.user != "" {
 		c.ev.Details["user"] = params.user
 	}
+	release, err := c.admit(sb.ID, streamCost)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if err := c.begin(); err != nil {
 		return err
 	}
@@ -185,15 +194,18 @@ func (h *Handler) pty(c *call) error {
 		}
 		_ = pr.CloseWithError(errors.Join(err, io.ErrClosedPipe))
 	}()
+	input := &inputDigest{h: sha256.New()}
 	readDone := make(chan struct{})
 	go func() {
 		defer close(readDone)
 		defer cancel() // the client left: end the process
-		h.ptyReadLoop(ctx, conn, client, p.PID, pw)
+		h.ptyReadLoop(ctx, conn, client, p.PID, pw, input)
 	}()
 
 	res, werr := p.Wait()
 	_ = pw.Close()
+	// Input that arrives from now on reaches no process.
+	input.addTo(c.ev.Details)
 	if res == nil {
 		if werr == nil {
 			werr = fmt.Errorf("pty: no result: %w", errdefs.ErrInternal)
@@ -235,7 +247,7 @@ func (h *Handler) ptyFail(ctx context.Context, c *call, conn *websocket.Conn, er
 // ptyReadLoop forwards the client's frames until the connection ends:
 // input into the process's terminal through in, resize messages to the
 // agent.
-func (h *Handler) ptyReadLoop(ctx context.Context, conn *websocket.Conn, client *agentclient.Client, pid int, in *io.PipeWriter) {
+func (h *Handler) ptyReadLoop(ctx context.Context, conn *websocket.Conn, client *agentclient.Client, pid int, in *io.PipeWriter, digest *inputDigest) {
 	for {
 		typ, data, err := conn.Read(ctx)
 		if err != nil {
@@ -245,7 +257,8 @@ func (h *Handler) ptyReadLoop(ctx context.Context, conn *websocket.Conn, client 
 		case websocket.MessageBinary:
 			// A failed write means the input stream ended (the process
 			// closed its terminal); later input is dropped.
-			_, _ = in.Write(data)
+			n, _ := in.Write(data)
+			digest.add(data[:n])
 		case websocket.MessageText:
 			var ctl ptyControl
 			dec := json.NewDecoder(strings.NewReader(string(data)))
@@ -280,4 +293,28 @@ func wsWriter(ctx context.Context, conn *websocket.Conn, idle time.Duration) io.
 		}
 		return len(p), nil
 	})
+}
+
+// inputDigest is the sha256 and size of the input a session has passed
+// to its process so far. It is safe for concurrent use.
+type inputDigest struct {
+	mu sync.Mutex
+	h  hash.Hash
+	n  int64
+}
+
+func (d *inputDigest) add(p []byte) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.h.Write(p)
+	d.n += int64(len(p))
+}
+
+// addTo records the input so far in an audit event's details as
+// stdin_sha256 and stdin_bytes (as for an exec's stdin).
+func (d *inputDigest) addTo(details map[string]any) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	details["stdin_sha256"] = hex.EncodeToString(d.h.Sum(nil))
+	details["stdin_bytes"] = d.n
 }

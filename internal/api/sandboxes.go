@@ -116,7 +116,7 @@ func toSandboxJSON(sb sandbox.Sandbox) sandboxJSON {
 	out := sandboxJSON{
 		ID:             sb.ID,
 		State:          string(sb.State),
-		Template:       sb.Template,
+		Template:       templateDisplayName(sb.Template),
 		Limits:         limitsToJSON(sb.Limits),
 		Metadata:       md,
 		CreatedAt:      sb.CreatedAt.UTC(),

@@ -6,28 +6,31 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/auth"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/template"
 	"github.com/airlock-sandbox/airlock/internal/template/layers"
 )
 
-// TemplateStore is the store of imported and built templates, shared by
-// every tenant. *layers.Store satisfies it.
+// TemplateStore is the store of imported and built templates: the shared
+// ones and every tenant's, each under its store name (template.StoreName;
+// Manifest.Name is that store name). *layers.Store satisfies it.
 type TemplateStore interface {
-	// List returns every stored template, sorted by name.
+	// List returns every stored template, sorted by store name.
 	List() []layers.Manifest
-	// Get returns the template called name, or ErrNotFound.
+	// Get returns the template whose store name is name, or ErrNotFound.
 	Get(name string) (layers.Manifest, error)
 	// Layer returns one stored layer, or ErrNotFound.
 	Layer(diffID string) (layers.LayerInfo, error)
 	// Usage reports the store's disk use.
 	Usage() layers.Usage
-	// Remove deletes a template and the layers nothing else uses; a
-	// template in use by a sandbox is ErrFailedPrecondition.
+	// Remove deletes a template (by store name) and the layers nothing
+	// else uses; a template in use by a sandbox is ErrFailedPrecondition.
 	Remove(ctx context.Context, name string) (layers.Freed, error)
 }
 
@@ -43,9 +46,18 @@ type TemplateBuilder interface {
 
 // BuildRequest is a template build as the API hands it to the builder.
 type BuildRequest struct {
-	// Name is the template's name (valid, and not taken when the build
-	// starts unless Replace).
+	// Name is the template's name (valid, and not taken in its namespace
+	// when the build starts unless Replace).
 	Name string
+	// Owner is the namespace: "" for a shared template (the operator's),
+	// else the tenant whose template it is. The template is stored as
+	// template.StoreName(Owner, Name), and a FROM template:NAME base
+	// resolves as a sandbox's template does: the owner's own, else the
+	// shared one.
+	Owner string
+	// Shared asks for a shared template (Owner ""); only the operator
+	// may. It is the request's field, not the builder's.
+	Shared bool
 	// Replace allows replacing a stored template of the same name (not
 	// one in use by a sandbox, nor a built-in one).
 	Replace bool
@@ -96,6 +108,16 @@ type BuildEvent struct {
 }
 
 // Templates configures the /v1/templates routes.
+//
+// Templates have namespaces: a tenant sees and uses its own templates and
+// the shared ones (the built-in host, and those the operator builds), never
+// another tenant's, which it is told about exactly as about a missing one.
+// A name resolves to the tenant's own template first, then the shared one.
+// A tenant key with templates:write builds and removes its tenant's
+// templates; only the operator (auth.ScopeOperator) builds or removes
+// shared ones and pulls images from registries (FROM IMAGE), which makes
+// the daemon, as root, contact a host the Airfile names. Tenants build
+// FROM template:NAME or DEBIAN (the operator's configured mirror).
 type Templates struct {
 	// Registry is the set of templates sandboxes are created from; a
 	// built template is added to it, a removed one taken out.
@@ -104,8 +126,8 @@ type Templates struct {
 	Store TemplateStore
 	// Builder builds and imports templates.
 	Builder TemplateBuilder
-	// Source returns the Registry source of the stored template name
-	// (template.NewStored).
+	// Source returns the Registry source of the stored template whose
+	// store name is name (template.NewStored).
 	Source func(name string) (template.Source, error)
 	// ContextDir is where uploaded build contexts are unpacked, each in
 	// a directory of its own that is removed after the build. Empty
@@ -141,12 +163,16 @@ const (
 // templateService serves the template routes.
 type templateService struct {
 	cfg Templates
+	// ownerGone, if set, reports whether a template owner (a tenant) was
+	// deleted, so that a build that finishes after its tenant's deletion
+	// does not leave a template nobody can see.
+	ownerGone func(ctx context.Context, owner string) (bool, error)
 	// mu orders registry changes with store removals, so that the
 	// registry and the store agree after a build races a delete.
 	mu sync.Mutex
 	// bmu guards building.
 	bmu      sync.Mutex
-	building map[string]bool // names being built
+	building map[string]bool // store names being built
 }
 
 // newTemplateService checks cfg; nil cfg means the routes are not served.
@@ -186,6 +212,9 @@ type templateJSON struct {
 	// daemon's own templates (host).
 	Source  string `json:"source"`
 	Builtin bool   `json:"builtin"`
+	// Shared is true for a template every tenant sees (built-in ones and
+	// the operator's), false for one of the caller's tenant.
+	Shared bool `json:"shared"`
 	// Layers counts the distinct layers; Size is their total size and
 	// SharedBytes the part of it in layers other templates use too.
 	Layers      int        `json:"layers"`
@@ -208,7 +237,8 @@ type layerJSON struct {
 	Digest string `json:"digest"`
 	Size   int64  `json:"size"`
 	Files  int64  `json:"files"`
-	// Shared is true when another template uses the layer too.
+	// Shared is true when another template the caller sees uses the
+	// layer too.
 	Shared bool `json:"shared"`
 }
 
@@ -261,64 +291,132 @@ func templateName(c *call) (string, error) {
 	return name, nil
 }
 
+// sharedParam parses the shared query parameter of GET and DELETE
+// /v1/templates/{name}: true skips the caller's own template of that name.
+func sharedParam(raw string) (bool, error) {
+	q, err := parseQuery(raw, "shared")
+	if err != nil {
+		return false, err
+	}
+	if v := q.Get("shared"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return false, invalidf("shared must be true or false")
+		}
+		return b, nil
+	}
+	return false, nil
+}
+
 func templateNotFound(name string) error {
 	return fmt.Errorf("template %s: %w", name, errdefs.ErrNotFound)
 }
 
-func toUsageJSON(u layers.Usage) usageJSON {
-	return usageJSON{Layers: u.Layers, Bytes: u.Bytes, SharedLayers: u.SharedLayers, SharedBytes: u.SharedBytes,
-		UnusedLayers: u.UnusedLayers, UnusedBytes: u.UnusedBytes}
+// templateDisplayName is the name a caller knows a template by: its store
+// name less the owner.
+func templateDisplayName(storeName string) string {
+	_, name := template.SplitStoreName(storeName)
+	return name
 }
 
-// storedJSON is the list entry of a stored template.
-func storedJSON(m layers.Manifest, tu layers.TemplateUsage) templateJSON {
-	created := m.Created.UTC()
-	return templateJSON{Name: m.Name, Source: m.Source, Layers: tu.Layers, Size: m.Size, SharedBytes: tu.SharedBytes, Created: &created}
+// visibleTo reports whether the template with this store name is one
+// owner sees: a shared one or its own.
+func visibleTo(owner, storeName string) bool {
+	o, _ := template.SplitStoreName(storeName)
+	return o == "" || o == owner
 }
 
-func builtinJSON(name string) templateJSON {
-	return templateJSON{Name: name, Source: "built-in", Builtin: true}
-}
-
-// templateUsages indexes u's per-template shares by name.
-func templateUsages(u layers.Usage) map[string]layers.TemplateUsage {
-	out := make(map[string]layers.TemplateUsage, len(u.Templates))
-	for _, tu := range u.Templates {
-		out[tu.Name] = tu
+// templateOwner is the namespace a principal's templates live in.
+func templateOwner(p auth.Principal) (string, error) {
+	if err := template.ValidateOwner(p.TenantID); err != nil {
+		return "", fmt.Errorf("tenant %q cannot own templates: %w", clean(truncate(p.TenantID, 64)), errdefs.ErrInternal)
 	}
-	return out
+	return p.TenantID, nil
 }
 
-// builtins returns the names of the registry's templates that are not in
-// the store (host, dir sources).
-func (ts *templateService) builtins() []string {
-	var out []string
-	for _, src := range ts.cfg.Registry.List() {
-		if _, ok := src.(storedSource); !ok {
-			out = append(out, src.Name())
+// view is the part of the store one caller sees: the shared templates and
+// its tenant's, with their layers' reference counts among them.
+type view struct {
+	ts        *templateService
+	manifests []layers.Manifest
+	refs      map[string]int // diff ID -> templates of the view that use it
+}
+
+// view returns owner's view of the store (built-in names excluded, as the
+// registry does not offer a stored template that has one).
+func (ts *templateService) view(owner string) *view {
+	builtin := make(map[string]bool)
+	for _, name := range ts.builtins() {
+		builtin[name] = true
+	}
+	v := &view{ts: ts, refs: make(map[string]int)}
+	for _, m := range ts.cfg.Store.List() {
+		if !visibleTo(owner, m.Name) || builtin[m.Name] {
+			continue
 		}
-	}
-	return out
-}
-
-// detail is the wire form of the stored template m.
-func (ts *templateService) detail(m layers.Manifest) templateDetailJSON {
-	u := ts.cfg.Store.Usage()
-	out := templateDetailJSON{templateJSON: storedJSON(m, templateUsages(u)[m.Name])}
-	refs := make(map[string]int)
-	for _, o := range ts.cfg.Store.List() {
+		v.manifests = append(v.manifests, m)
 		seen := make(map[string]bool)
-		for _, d := range o.Layers {
+		for _, d := range m.Layers {
 			if !seen[d] {
 				seen[d] = true
-				refs[d]++
+				v.refs[d]++
 			}
 		}
 	}
+	return v
+}
+
+// layerSize is the size of a stored layer, 0 if it is gone.
+func (v *view) layerSize(d string) int64 {
+	info, err := v.ts.cfg.Store.Layer(d)
+	if err != nil {
+		return 0
+	}
+	return info.Size
+}
+
+// entry is the list entry of m: its distinct layers, and the bytes of
+// those another template of the view uses too.
+func (v *view) entry(m layers.Manifest) templateJSON {
+	created := m.Created.UTC()
+	owner, name := template.SplitStoreName(m.Name)
+	out := templateJSON{Name: name, Source: m.Source, Shared: owner == "", Size: m.Size, Created: &created}
+	seen := make(map[string]bool)
+	for _, d := range m.Layers {
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
+		out.Layers++
+		if v.refs[d] > 1 {
+			out.SharedBytes += v.layerSize(d)
+		}
+	}
+	return out
+}
+
+// usage is the disk use of the view's layers (nothing is unused in it).
+func (v *view) usage() usageJSON {
+	var u usageJSON
+	for d, n := range v.refs {
+		size := v.layerSize(d)
+		u.Layers++
+		u.Bytes += size
+		if n > 1 {
+			u.SharedLayers++
+			u.SharedBytes += size
+		}
+	}
+	return u
+}
+
+// detail is the wire form of m, a template of the view.
+func (v *view) detail(m layers.Manifest) templateDetailJSON {
+	out := templateDetailJSON{templateJSON: v.entry(m)}
 	out.LayerList = make([]layerJSON, 0, len(m.Layers))
 	for _, d := range m.Layers {
-		l := layerJSON{Digest: d, Shared: refs[d] > 1}
-		if info, err := ts.cfg.Store.Layer(d); err == nil {
+		l := layerJSON{Digest: d, Shared: v.refs[d] > 1}
+		if info, err := v.ts.cfg.Store.Layer(d); err == nil {
 			l.Size, l.Files = info.Size, info.Files
 		}
 		out.LayerList = append(out.LayerList, l)
@@ -334,15 +432,73 @@ func (ts *templateService) detail(m layers.Manifest) templateDetailJSON {
 	return out
 }
 
-func orEmpty(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
+func toUsageJSON(u layers.Usage) usageJSON {
+	return usageJSON{Layers: u.Layers, Bytes: u.Bytes, SharedLayers: u.SharedLayers, SharedBytes: u.SharedBytes,
+		UnusedLayers: u.UnusedLayers, UnusedBytes: u.UnusedBytes}
 }
 
-// listTemplates serves GET /v1/templates: every template of the daemon
-// (they are shared by all tenants) and the store's disk use.
+func builtinJSON(name string) templateJSON {
+	return templateJSON{Name: name, Source: "built-in", Builtin: true, Shared: true}
+}
+
+// builtins returns the names of the registry's templates that are not in
+// the store (host, dir sources).
+func (ts *templateService) builtins() []string {
+	var out []string
+	for _, src := range ts.cfg.Registry.List() {
+		if _, ok := src.(storedSource); !ok {
+			out = append(out, src.Name())
+		}
+	}
+	return out
+}
+
+// isBuiltin reports whether name is a built-in template's.
+func (ts *templateService) isBuiltin(name string) bool {
+	src, err := ts.cfg.Registry.Get(name)
+	if err != nil {
+		return false
+	}
+	_, stored := src.(storedSource)
+	return !stored
+}
+
+// resolved is a template a request names, as found for its caller.
+type resolved struct {
+	storeName string
+	builtin   bool
+	manifest  layers.Manifest // of a stored template
+}
+
+// resolve finds name for owner: its own stored template (unless
+// sharedOnly), else a built-in one, else a shared stored one. Anything
+// else, another tenant's template included, is ErrNotFound with the same
+// message.
+func (ts *templateService) resolve(owner, name string, sharedOnly bool) (resolved, error) {
+	if !sharedOnly {
+		own := template.StoreName(owner, name)
+		if m, err := ts.cfg.Store.Get(own); err == nil {
+			return resolved{storeName: own, manifest: m}, nil
+		} else if !errors.Is(err, errdefs.ErrNotFound) {
+			return resolved{}, err
+		}
+	}
+	if ts.isBuiltin(name) {
+		return resolved{storeName: name, builtin: true}, nil
+	}
+	m, err := ts.cfg.Store.Get(name)
+	if err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return resolved{}, templateNotFound(name)
+		}
+		return resolved{}, err
+	}
+	return resolved{storeName: name, manifest: m}, nil
+}
+
+// listTemplates serves GET /v1/templates: the built-in templates, the
+// shared stored ones and the caller's tenant's, and the disk use: of the
+// layers of those templates, or, for the operator, of the whole store.
 func (h *Handler) listTemplates(c *call) error {
 	ts := h.tpl
 	if ts == nil {
@@ -351,24 +507,35 @@ func (h *Handler) listTemplates(c *call) error {
 	if _, err := parseQuery(c.r.URL.RawQuery); err != nil {
 		return err
 	}
-	u := ts.cfg.Store.Usage()
-	shares := templateUsages(u)
-	out := templateListJSON{Templates: []templateJSON{}, Usage: toUsageJSON(u)}
-	builtin := make(map[string]bool)
+	owner, err := templateOwner(c.p)
+	if err != nil {
+		return err
+	}
+	v := ts.view(owner)
+	out := templateListJSON{Templates: []templateJSON{}, Usage: v.usage()}
+	if c.p.IsOperator() {
+		out.Usage = toUsageJSON(ts.cfg.Store.Usage())
+	}
 	for _, name := range ts.builtins() {
-		builtin[name] = true
 		out.Templates = append(out.Templates, builtinJSON(name))
 	}
-	for _, m := range ts.cfg.Store.List() {
-		if !builtin[m.Name] {
-			out.Templates = append(out.Templates, storedJSON(m, shares[m.Name]))
-		}
+	for _, m := range v.manifests {
+		out.Templates = append(out.Templates, v.entry(m))
 	}
-	sort.Slice(out.Templates, func(i, j int) bool { return out.Templates[i].Name < out.Templates[j].Name })
+	// By name; a tenant's own template before the shared one it hides.
+	sort.Slice(out.Templates, func(i, j int) bool {
+		a, b := out.Templates[i], out.Templates[j]
+		if a.Name != b.Name {
+			return a.Name < b.Name
+		}
+		return !a.Shared && b.Shared
+	})
 	return c.json(http.StatusOK, out)
 }
 
-// getTemplate serves GET /v1/templates/{name}.
+// getTemplate serves GET /v1/templates/{name}: the caller's tenant's
+// template of that name, else the shared one (only the shared one with
+// shared=true).
 func (h *Handler) getTemplate(c *call) error {
 	ts := h.tpl
 	if ts == nil {
@@ -378,29 +545,31 @@ func (h *Handler) getTemplate(c *call) error {
 	if err != nil {
 		return err
 	}
-	if _, err := parseQuery(c.r.URL.RawQuery); err != nil {
-		return err
-	}
-	if src, err := ts.cfg.Registry.Get(name); err == nil {
-		if _, ok := src.(storedSource); !ok {
-			out := templateDetailJSON{templateJSON: builtinJSON(name), LayerList: []layerJSON{},
-				Config: templateConfigJSON{Env: []string{}, Cmd: []string{}, Entrypoint: []string{}}}
-			return c.json(http.StatusOK, out)
-		}
-	}
-	m, err := ts.cfg.Store.Get(name)
+	sharedOnly, err := sharedParam(c.r.URL.RawQuery)
 	if err != nil {
-		if errors.Is(err, errdefs.ErrNotFound) {
-			return templateNotFound(name)
-		}
 		return err
 	}
-	return c.json(http.StatusOK, ts.detail(m))
+	owner, err := templateOwner(c.p)
+	if err != nil {
+		return err
+	}
+	r, err := ts.resolve(owner, name, sharedOnly)
+	if err != nil {
+		return err
+	}
+	if r.builtin {
+		out := templateDetailJSON{templateJSON: builtinJSON(name), LayerList: []layerJSON{},
+			Config: templateConfigJSON{Env: []string{}, Cmd: []string{}, Entrypoint: []string{}}}
+		return c.json(http.StatusOK, out)
+	}
+	return c.json(http.StatusOK, ts.view(owner).detail(r.manifest))
 }
 
-// deleteTemplate serves DELETE /v1/templates/{name}: the template leaves
-// the store and the registry, and the layers no other template uses are
-// deleted. A template that a sandbox uses, and a built-in one, stay.
+// deleteTemplate serves DELETE /v1/templates/{name}: the caller's tenant's
+// template of that name (with shared=true, or when the tenant has none,
+// the shared one, which only the operator may remove) leaves the store
+// and the registry, and the layers no other template uses are deleted. A
+// template that a sandbox uses, and a built-in one, stay.
 func (h *Handler) deleteTemplate(c *call) error {
 	ts := h.tpl
 	if ts == nil {
@@ -411,37 +580,50 @@ func (h *Handler) deleteTemplate(c *call) error {
 		return err
 	}
 	c.ev.Target = name
-	if _, err := parseQuery(c.r.URL.RawQuery); err != nil {
+	sharedOnly, err := sharedParam(c.r.URL.RawQuery)
+	if err != nil {
+		return err
+	}
+	owner, err := templateOwner(c.p)
+	if err != nil {
 		return err
 	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	m, err := ts.cfg.Store.Get(name)
+	r, err := ts.resolve(owner, name, sharedOnly)
 	if err != nil {
-		if !errors.Is(err, errdefs.ErrNotFound) {
-			return err
-		}
-		if src, rerr := ts.cfg.Registry.Get(name); rerr == nil {
-			if _, ok := src.(storedSource); !ok {
-				return fmt.Errorf("template %s is built in and cannot be removed: %w", name, errdefs.ErrFailedPrecondition)
-			}
+		if errors.Is(err, errdefs.ErrNotFound) {
 			// A stored source whose manifest is gone: drop it.
-			_ = ts.cfg.Registry.Remove(name)
+			for _, sn := range []string{template.StoreName(owner, name), name} {
+				if src, rerr := ts.cfg.Registry.Get(sn); rerr == nil {
+					if _, ok := src.(storedSource); ok {
+						_ = ts.cfg.Registry.Remove(sn)
+					}
+				}
+			}
 		}
-		return templateNotFound(name)
+		return err
 	}
-	c.ev.Details = map[string]any{"source": m.Source, "layers": m.Layers}
+	if r.builtin {
+		return fmt.Errorf("template %s is built in and cannot be removed: %w", name, errdefs.ErrFailedPrecondition)
+	}
+	shared := r.storeName == name
+	if shared && !c.p.IsOperator() {
+		return &apiError{status: http.StatusForbidden, code: CodePermissionDenied,
+			msg: fmt.Sprintf("template %s is shared by every tenant; only the operator removes shared templates", name)}
+	}
+	c.ev.Details = map[string]any{"source": r.manifest.Source, "layers": r.manifest.Layers, "shared": shared}
 	if err := c.begin(); err != nil {
 		return err
 	}
-	freed, err := ts.cfg.Store.Remove(context.WithoutCancel(c.r.Context()), name)
+	freed, err := ts.cfg.Store.Remove(context.WithoutCancel(c.r.Context()), r.storeName)
 	if err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return templateNotFound(name)
 		}
 		return err
 	}
-	if err := ts.cfg.Registry.Remove(name); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+	if err := ts.cfg.Registry.Remove(r.storeName); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return err
 	}
 	c.ev.Details["freed_layers"] = freed.Layers
@@ -452,24 +634,76 @@ func (h *Handler) deleteTemplate(c *call) error {
 	return c.json(http.StatusOK, templateDeleteJSON{Name: name, FreedLayers: freed.Layers, FreedBytes: freed.Bytes})
 }
 
-// register adds the freshly stored template name to the registry.
-func (ts *templateService) register(name string) error {
+// removeOwner removes every template of owner (a deleted tenant) from the
+// store and the registry, and reports how many and what was freed. It
+// stops at the first failure (a template in use).
+func (ts *templateService) removeOwner(ctx context.Context, owner string) (int, layers.Freed, error) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	var total layers.Freed
+	n := 0
+	for _, m := range ts.cfg.Store.List() {
+		if o, _ := template.SplitStoreName(m.Name); o != owner {
+			continue
+		}
+		freed, err := ts.cfg.Store.Remove(ctx, m.Name)
+		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return n, total, fmt.Errorf("remove template %s: %w", templateDisplayName(m.Name), err)
+		}
+		if err := ts.cfg.Registry.Remove(m.Name); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return n, total, err
+		}
+		n++
+		total.Layers += freed.Layers
+		total.Bytes += freed.Bytes
+	}
+	return n, total, nil
+}
+
+// hasOwner reports whether owner has a stored template.
+func (ts *templateService) hasOwner(owner string) bool {
+	for _, m := range ts.cfg.Store.List() {
+		if o, _ := template.SplitStoreName(m.Name); o == owner {
+			return true
+		}
+	}
+	return false
+}
+
+// register adds the freshly stored template (by store name) to the
+// registry. A template whose owner was deleted during the build is
+// removed instead.
+func (ts *templateService) register(ctx context.Context, name string) error {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if _, err := ts.cfg.Store.Get(name); err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {
-			return fmt.Errorf("template %s was removed while it was being built: %w", name, errdefs.ErrFailedPrecondition)
+			return fmt.Errorf("template %s was removed while it was being built: %w", templateDisplayName(name), errdefs.ErrFailedPrecondition)
 		}
 		return err
 	}
+	if owner, _ := template.SplitStoreName(name); owner != "" && ts.ownerGone != nil {
+		gone, err := ts.ownerGone(ctx, owner)
+		if err != nil {
+			return err
+		}
+		if gone {
+			_, rerr := ts.cfg.Store.Remove(context.WithoutCancel(ctx), name)
+			_ = ts.cfg.Registry.Remove(name)
+			if rerr != nil && !errors.Is(rerr, errdefs.ErrNotFound) {
+				return fmt.Errorf("the tenant was deleted during the build; removing its template: %w", rerr)
+			}
+			return fmt.Errorf("the tenant was deleted during the build: %w", errdefs.ErrNotFound)
+		}
+	}
 	src, err := ts.cfg.Source(name)
 	if err != nil {
-		return fmt.Errorf("register template %s: %w", name, err)
+		return fmt.Errorf("register template %s: %w", templateDisplayName(name), err)
 	}
 	err = ts.cfg.Registry.Add(src)
 	if errors.Is(err, errdefs.ErrAlreadyExists) {
-		// Registered already (by a retried registration): fine if that
-		// source is the stored one.
+		// Registered already (by the builder, or a retried
+		// registration): fine if that source is the stored one.
 		if old, gerr := ts.cfg.Registry.Get(name); gerr == nil {
 			if _, ok := old.(storedSource); ok {
 				return nil
@@ -477,27 +711,27 @@ func (ts *templateService) register(name string) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("register template %s: %w", name, err)
+		return fmt.Errorf("register template %s: %w", templateDisplayName(name), err)
 	}
 	return nil
 }
 
-// reserve marks name as being built, after checking that it is free (or,
-// with replace, stored) and that a build slot is. release may be called
-// more than once.
-func (ts *templateService) reserve(name string, replace bool) (release func(), err error) {
-	if src, err := ts.cfg.Registry.Get(name); err == nil {
-		if _, ok := src.(storedSource); !ok {
-			return nil, fmt.Errorf("template %s is built in and cannot be replaced: %w", name, errdefs.ErrAlreadyExists)
-		}
+// reserve marks req's template as being built, after checking that its
+// name is free in its namespace (or, with replace, stored there) and not a
+// built-in one's, and that a build slot is. release may be called more
+// than once.
+func (ts *templateService) reserve(req BuildRequest) (release func(), err error) {
+	name := template.StoreName(req.Owner, req.Name)
+	if ts.isBuiltin(req.Name) {
+		return nil, fmt.Errorf("template %s is built in and cannot be replaced or hidden: %w", req.Name, errdefs.ErrAlreadyExists)
 	}
-	if _, err := ts.cfg.Store.Get(name); err == nil && !replace {
-		return nil, fmt.Errorf("template %s already exists; remove it first or replace it: %w", name, errdefs.ErrAlreadyExists)
+	if _, err := ts.cfg.Store.Get(name); err == nil && !req.Replace {
+		return nil, fmt.Errorf("template %s already exists; remove it first or replace it: %w", req.Name, errdefs.ErrAlreadyExists)
 	}
 	ts.bmu.Lock()
 	defer ts.bmu.Unlock()
 	if ts.building[name] {
-		return nil, fmt.Errorf("template %s is being built by another request: %w", name, errdefs.ErrAlreadyExists)
+		return nil, fmt.Errorf("template %s is being built by another request: %w", req.Name, errdefs.ErrAlreadyExists)
 	}
 	if len(ts.building) >= ts.cfg.MaxBuilds {
 		return nil, fmt.Errorf("%d template builds are running, the most this server runs at once; try again later: %w",
@@ -512,4 +746,11 @@ func (ts *templateService) reserve(name string, replace bool) (release func(), e
 			ts.bmu.Unlock()
 		})
 	}, nil
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }

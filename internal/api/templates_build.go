@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/airlock-sandbox/airlock/internal/auth"
 	"github.com/airlock-sandbox/airlock/internal/template"
 	"github.com/airlock-sandbox/airlock/internal/template/airfile"
 	"github.com/airlock-sandbox/airlock/internal/template/debian"
@@ -45,9 +46,12 @@ const (
 // buildRequestJSON is the JSON body of POST /v1/templates. The base is
 // from (an image reference or template:NAME) or debian; airfile adds
 // steps (without COPY or ADD: a JSON request has no build context), or,
-// without from and debian, is the whole recipe including its base.
+// without from and debian, is the whole recipe including its base. shared
+// builds a template for every tenant (the operator only); otherwise the
+// template is the caller's tenant's.
 type buildRequestJSON struct {
 	Name         string            `json:"name"`
+	Shared       bool              `json:"shared"`
 	From         string            `json:"from"`
 	Debian       *debianJSON       `json:"debian"`
 	Airfile      string            `json:"airfile"`
@@ -137,7 +141,7 @@ func parseRecipe(text string, withContext bool, shift int) (*airfile.File, error
 // buildFromJSON validates a JSON build request and turns it into a
 // BuildRequest and its parsed recipe.
 func buildFromJSON(in buildRequestJSON) (BuildRequest, *airfile.File, error) {
-	out := BuildRequest{Name: in.Name, Replace: in.Replace, NoCache: in.NoCache, AllowSetuid: in.AllowSetuid, Insecure: in.Insecure}
+	out := BuildRequest{Name: in.Name, Shared: in.Shared, Replace: in.Replace, NoCache: in.NoCache, AllowSetuid: in.AllowSetuid, Insecure: in.Insecure}
 	if in.Name == "" {
 		return out, nil, invalidf("name is required")
 	}
@@ -192,11 +196,11 @@ func buildFromJSON(in buildRequestJSON) (BuildRequest, *airfile.File, error) {
 }
 
 // buildFromQuery parses the query of a build context upload: name
-// (required), replace, no_cache, allow_setuid and insecure (booleans),
-// and the template's limits cpus, memory_mb, disk_mb and pids.
+// (required), shared, replace, no_cache, allow_setuid and insecure
+// (booleans), and the template's limits cpus, memory_mb, disk_mb and pids.
 func buildFromQuery(raw string) (BuildRequest, error) {
 	var out BuildRequest
-	q, err := parseQuery(raw, "name", "replace", "no_cache", "allow_setuid", "insecure", "cpus", "memory_mb", "disk_mb", "pids")
+	q, err := parseQuery(raw, "name", "shared", "replace", "no_cache", "allow_setuid", "insecure", "cpus", "memory_mb", "disk_mb", "pids")
 	if err != nil {
 		return out, err
 	}
@@ -229,7 +233,7 @@ func buildFromQuery(raw string) (BuildRequest, error) {
 	for _, b := range []struct {
 		key string
 		dst *bool
-	}{{"replace", &out.Replace}, {"no_cache", &out.NoCache}, {"allow_setuid", &out.AllowSetuid}, {"insecure", &out.Insecure}} {
+	}{{"shared", &out.Shared}, {"replace", &out.Replace}, {"no_cache", &out.NoCache}, {"allow_setuid", &out.AllowSetuid}, {"insecure", &out.Insecure}} {
 		if s := q.Get(b.key); s != "" {
 			v, err := strconv.ParseBool(s)
 			if err != nil {
@@ -269,6 +273,41 @@ func parseRegistryAuthHeader(vals []string) (RegistryAuth, error) {
 	}
 	out = RegistryAuth(a)
 	return out, checkRegistryAuth(out)
+}
+
+// setNamespace puts req in the caller p's tenant, or, if it asks for a
+// shared template, in the shared namespace, which only the operator may.
+func setNamespace(p auth.Principal, req *BuildRequest) error {
+	if req.Shared {
+		if !p.IsOperator() {
+			return &apiError{status: http.StatusForbidden, code: CodePermissionDenied,
+				msg: "only the operator builds shared templates; leave shared unset to build one of your tenant"}
+		}
+		req.Owner = ""
+		return nil
+	}
+	owner, err := templateOwner(p)
+	req.Owner = owner
+	return err
+}
+
+// checkBase refuses what of the recipe f only the operator may do: a
+// registry pull (FROM IMAGE makes the daemon, as root, contact whatever
+// host and port the reference names) and a plain-HTTP registry.
+func checkBase(p auth.Principal, req BuildRequest, f *airfile.File) error {
+	if p.IsOperator() {
+		return nil
+	}
+	msg := ""
+	switch {
+	case f.Base().Kind == airfile.BaseImage:
+		msg = "only the operator pulls images from registries; build FROM template:NAME (your own or a shared template) or DEBIAN, or ask the operator for a shared template of that image"
+	case req.Insecure:
+		msg = "only the operator may use a plain-HTTP registry"
+	default:
+		return nil
+	}
+	return &apiError{status: http.StatusForbidden, code: CodePermissionDenied, msg: msg}
 }
 
 // baseText says what a recipe starts from, for the audit log.
@@ -315,7 +354,13 @@ func (h *Handler) buildTemplate(c *call) error {
 		if err != nil {
 			return err
 		}
-		release, err := ts.reserve(req.Name, req.Replace)
+		if err := setNamespace(c.p, &req); err != nil {
+			return err
+		}
+		if err := checkBase(c.p, req, f); err != nil {
+			return err
+		}
+		release, err := ts.reserve(req)
 		if err != nil {
 			return err
 		}
@@ -344,7 +389,10 @@ func (h *Handler) buildContext(c *call, ts *templateService) error {
 	if c.r.ContentLength > ts.cfg.MaxContextBytes {
 		return contextTooLarge(ts.cfg.MaxContextBytes)
 	}
-	release, err := ts.reserve(req.Name, req.Replace)
+	if err := setNamespace(c.p, &req); err != nil {
+		return err
+	}
+	release, err := ts.reserve(req)
 	if err != nil {
 		return err
 	}
@@ -379,6 +427,9 @@ func (h *Handler) buildContext(c *call, ts *templateService) error {
 	}
 	f, err := parseRecipe(string(text), true, 0)
 	if err != nil {
+		return err
+	}
+	if err := checkBase(c.p, req, f); err != nil {
 		return err
 	}
 	req.Airfile, req.ContextDir = text, dir
@@ -416,15 +467,23 @@ func (h *Handler) runBuild(c *call, ts *templateService, req BuildRequest, f *ai
 	if req.Registry != (RegistryAuth{}) {
 		d["registry_auth"] = true // never the credentials
 	}
+	if req.Shared {
+		d["shared"] = true
+	}
 	if err := c.begin(); err != nil {
 		return err
+	}
+	storeName := template.StoreName(req.Owner, req.Name)
+	location := "/v1/templates/" + req.Name
+	if req.Shared {
+		location += "?shared=true"
 	}
 	ctx, cancel := context.WithTimeout(c.r.Context(), ts.cfg.BuildTimeout)
 	defer cancel()
 	if !wantsNDJSON(c.r) {
 		m, err := ts.cfg.Builder.Build(ctx, req, nil)
 		if err == nil {
-			err = ts.register(req.Name)
+			err = ts.register(c.r.Context(), storeName)
 		}
 		release()
 		if err != nil {
@@ -434,8 +493,8 @@ func (h *Handler) runBuild(c *call, ts *templateService, req BuildRequest, f *ai
 		if err := c.commit(); err != nil {
 			return err
 		}
-		c.w.Header().Set("Location", "/v1/templates/"+req.Name)
-		return c.json(http.StatusCreated, ts.detail(m))
+		c.w.Header().Set("Location", location)
+		return c.json(http.StatusCreated, ts.view(req.Owner).detail(m))
 	}
 	nw := &ndjsonWriter{c: c, rc: http.NewResponseController(c.w), idle: h.lim.WriteIdleTimeout, onFail: cancel}
 	defer nw.done()
@@ -446,18 +505,18 @@ func (h *Handler) runBuild(c *call, ts *templateService, req BuildRequest, f *ai
 	m, err := ts.cfg.Builder.Build(ctx, req, sink.emit)
 	sink.close()
 	if err == nil {
-		err = ts.register(req.Name)
+		err = ts.register(c.r.Context(), storeName)
 	}
 	release()
 	if err != nil {
 		if code := nw.endWithError(err); code == CodeInternal || code == CodeUnavailable {
-			h.log.Error("template build failed", "template", req.Name, "err", err)
+			h.log.Error("template build failed", "template", storeName, "err", err)
 		}
 		return nil // the stream has started: the error line reports it
 	}
 	addBuildDetails(c, m)
 	c.record("ok")
-	detail := ts.detail(m)
+	detail := ts.view(req.Owner).detail(m)
 	_ = nw.writeLine(buildLineJSON{Type: "done", Template: &detail})
 	return nil
 }

@@ -213,7 +213,7 @@ func (b *fakeBuilder) Build(ctx context.Context, req BuildRequest, events func(B
 	if berr != nil {
 		return layers.Manifest{}, berr
 	}
-	m := b.store.put(layers.Manifest{Name: req.Name, Layers: []string{fakeDigest("base"), fakeDigest(req.Name)},
+	m := b.store.put(layers.Manifest{Name: template.StoreName(req.Owner, req.Name), Layers: []string{fakeDigest("base"), fakeDigest(req.Name)},
 		Source: "build", Config: layers.Config{Env: []string{"A=1"}, Workdir: "/app", Limits: req.Limits}})
 	return m, nil
 }
@@ -257,11 +257,17 @@ func snapshot(dir string) map[string]string {
 
 // The keys of the template tests.
 const (
-	tkAdminA = "tk-admin-a"
-	tkAdminB = "tk-admin-b"
-	tkReadB  = "tk-read-b"  // tenant B, sandboxes:read only
-	tkWriteA = "tk-write-a" // tenant A, the sandbox scopes but not admin
-	tkExecA  = "tk-exec-a"  // tenant A, exec only
+	tkOp       = "tk-op" // the operator (tenant ops, admin and operator)
+	tkAdminA   = "tk-admin-a"
+	tkAdminB   = "tk-admin-b"
+	tkReadB    = "tk-read-b"     // tenant B, templates:read only
+	tkWriteA   = "tk-write-a"    // tenant A, the sandbox scopes but not admin
+	tkExecA    = "tk-exec-a"     // tenant A, exec only
+	tkTplA     = "tk-tpl-a"      // tenant A, templates:read and templates:write only
+	tenantOps  = "ops"           // the operator's tenant
+	opKeyID    = "kop"           // tkOp's key ID
+	tkSbReadB  = "tk-sb-read-b"  // tenant B, sandboxes:read only (no templates:read)
+	tkTplReadA = "tk-tpl-read-a" // tenant A, templates:read only
 )
 
 type tplEnv struct {
@@ -309,11 +315,15 @@ func newTplEnv(t *testing.T, tune ...func(*Templates)) *tplEnv {
 	}
 	sbScopes := []auth.Scope{auth.ScopeSandboxesRead, auth.ScopeSandboxesWrite, auth.ScopeExec, auth.ScopeFiles}
 	fa := &fakeAuth{keys: map[string]auth.Principal{
-		tkAdminA: {TenantID: tenantA, KeyID: "kadmina", Scopes: []auth.Scope{auth.ScopeAdmin}},
-		tkAdminB: {TenantID: tenantB, KeyID: "kadminb", Scopes: []auth.Scope{auth.ScopeAdmin}},
-		tkReadB:  {TenantID: tenantB, KeyID: "kreadb", Scopes: []auth.Scope{auth.ScopeSandboxesRead}},
-		tkWriteA: {TenantID: tenantA, KeyID: "kwritea", Scopes: sbScopes},
-		tkExecA:  {TenantID: tenantA, KeyID: "kexeca", Scopes: []auth.Scope{auth.ScopeExec}},
+		tkOp:       {TenantID: tenantOps, KeyID: opKeyID, Scopes: []auth.Scope{auth.ScopeAdmin, auth.ScopeOperator}},
+		tkAdminA:   {TenantID: tenantA, KeyID: "kadmina", Scopes: []auth.Scope{auth.ScopeAdmin}},
+		tkAdminB:   {TenantID: tenantB, KeyID: "kadminb", Scopes: []auth.Scope{auth.ScopeAdmin}},
+		tkReadB:    {TenantID: tenantB, KeyID: "kreadb", Scopes: []auth.Scope{auth.ScopeTemplatesRead}},
+		tkSbReadB:  {TenantID: tenantB, KeyID: "ksbreadb", Scopes: []auth.Scope{auth.ScopeSandboxesRead}},
+		tkWriteA:   {TenantID: tenantA, KeyID: "kwritea", Scopes: sbScopes},
+		tkExecA:    {TenantID: tenantA, KeyID: "kexeca", Scopes: []auth.Scope{auth.ScopeExec}},
+		tkTplA:     {TenantID: tenantA, KeyID: "ktpla", Scopes: []auth.Scope{auth.ScopeTemplatesRead, auth.ScopeTemplatesWrite}},
+		tkTplReadA: {TenantID: tenantA, KeyID: "ktplreada", Scopes: []auth.Scope{auth.ScopeTemplatesRead}},
 	}}
 	te := &testEnv{t: t, rt: rt, mgr: mgr, audit: &fakeAudit{}, auth: fa}
 	te.h, err = New(Config{Sandboxes: mgr, Auth: fa, Audit: te.audit, Templates: tcfg})
@@ -365,10 +375,10 @@ func TestTemplateBuildStream(t *testing.T) {
 			{Type: "done"},
 		}
 	})
-	c := e.client(tkAdminA)
+	c := e.client(tkOp)
 	var got []client.BuildEvent
 	tpl, err := c.BuildTemplate(ctx, client.BuildTemplateRequest{
-		Name: "img", From: "registry.test/img:1", Airfile: "RUN echo hi\n", Insecure: true,
+		Name: "img", Shared: true, From: "registry.test/img:1", Airfile: "RUN echo hi\n", Insecure: true,
 		RegistryAuth: &client.RegistryAuth{Username: "bob", Password: "s3cret-pass"},
 	}, func(ev client.BuildEvent) error { got = append(got, ev); return nil })
 	if err != nil {
@@ -395,12 +405,15 @@ func TestTemplateBuildStream(t *testing.T) {
 		t.Fatalf("builder requests %d", len(reqs))
 	}
 	r := reqs[0]
-	if string(r.Airfile) != "FROM registry.test/img:1\nRUN echo hi\n" || r.Name != "img" || !r.Insecure || r.AllowSetuid ||
+	if string(r.Airfile) != "FROM registry.test/img:1\nRUN echo hi\n" || r.Name != "img" || r.Owner != "" || !r.Insecure || r.AllowSetuid ||
 		r.NoCache || r.ContextDir != "" || r.Registry != (RegistryAuth{Username: "bob", Password: "s3cret-pass"}) {
 		t.Errorf("builder request = %+v (airfile %q)", r, r.Airfile)
 	}
 
 	evs := e.audit.take()
+	if !tpl.Shared {
+		t.Errorf("a shared build answers %+v", tpl)
+	}
 	// Usable at once, by any tenant.
 	sb, err := e.client(tkWriteA).CreateSandbox(ctx, client.CreateSandboxRequest{Template: "img"})
 	if err != nil {
@@ -422,8 +435,8 @@ func TestTemplateBuildStream(t *testing.T) {
 		t.Fatalf("audit = %+v", evs)
 	}
 	out := evs[1]
-	if out.Action != ActionTemplateBuild || out.Target != "img" || out.KeyID != "kadmina" ||
-		out.Details["source"] != "registry.test/img:1" || out.Details["registry_auth"] != true {
+	if out.Action != ActionTemplateBuild || out.Target != "img" || out.KeyID != opKeyID ||
+		out.Details["source"] != "registry.test/img:1" || out.Details["registry_auth"] != true || out.Details["shared"] != true {
 		t.Errorf("audit outcome = %+v", out)
 	}
 	if ls, _ := out.Details["layers"].([]string); len(ls) != 2 {
@@ -449,7 +462,7 @@ func TestTemplateBuildJSONResponse(t *testing.T) {
 		t.Errorf("body %s (%v)", b, err)
 	}
 	r := e.builder.requests()[0]
-	if string(r.Airfile) != "DEBIAN bookworm python3 curl=7.88.1-10\nENV A=1" || !r.AllowSetuid || !r.NoCache {
+	if string(r.Airfile) != "DEBIAN bookworm python3 curl=7.88.1-10\nENV A=1" || !r.AllowSetuid || !r.NoCache || r.Owner != tenantA {
 		t.Errorf("request %+v airfile %q", r, r.Airfile)
 	}
 	if r.Limits != (runtime.Limits{CPUs: 0.5, MemoryBytes: 300 << 20}) {
@@ -462,7 +475,7 @@ func TestTemplateBuildJSONResponse(t *testing.T) {
 	// conflicts.
 	for _, name := range []string{"deb", "host"} {
 		resp, b = e.raw("POST", "/v1/templates", map[string]string{"Authorization": "Bearer " + tkAdminA},
-			strings.NewReader(`{"name":"`+name+`","from":"x/y:1"}`))
+			strings.NewReader(`{"name":"`+name+`","from":"template:x"}`))
 		if resp.StatusCode != http.StatusConflict || tplErrCode(b) != CodeAlreadyExists {
 			t.Errorf("build %s again: %d %s", name, resp.StatusCode, b)
 		}
@@ -472,16 +485,16 @@ func TestTemplateBuildJSONResponse(t *testing.T) {
 	}
 	// Replacing works for a stored template, never for a built-in one.
 	resp, b = e.raw("POST", "/v1/templates", map[string]string{"Authorization": "Bearer " + tkAdminA},
-		strings.NewReader(`{"name":"host","from":"x/y:1","replace":true}`))
+		strings.NewReader(`{"name":"host","from":"template:x","replace":true}`))
 	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(b), "built in") {
 		t.Errorf("replace host: %d %s", resp.StatusCode, b)
 	}
 	resp, b = e.raw("POST", "/v1/templates", map[string]string{"Authorization": "Bearer " + tkAdminA},
-		strings.NewReader(`{"name":"deb","from":"x/y:2","replace":true}`))
+		strings.NewReader(`{"name":"deb","from":"template:y","replace":true}`))
 	if resp.StatusCode != http.StatusCreated {
 		t.Errorf("replace deb: %d %s", resp.StatusCode, b)
 	}
-	if r := e.builder.requests(); len(r) != 2 || !r[1].Replace || string(r[1].Airfile) != "FROM x/y:2\n" {
+	if r := e.builder.requests(); len(r) != 2 || !r[1].Replace || string(r[1].Airfile) != "FROM template:y\n" {
 		t.Errorf("replace request %+v", r)
 	}
 }
@@ -549,7 +562,11 @@ func TestTemplateScopes(t *testing.T) {
 		{"GET", "/v1/templates", tkReadB, "", 200},
 		{"GET", "/v1/templates/img", tkReadB, "", 200},
 		{"GET", "/v1/templates/host", tkReadB, "", 200},
-		{"POST", "/v1/templates", tkWriteA, `{"name":"n","from":"x/y:1"}`, 403},
+		{"GET", "/v1/templates", tkSbReadB, "", 403},
+		{"GET", "/v1/templates/img", tkSbReadB, "", 403},
+		{"POST", "/v1/templates", tkWriteA, `{"name":"n","from":"template:img"}`, 403},
+		{"POST", "/v1/templates", tkTplReadA, `{"name":"n","from":"template:img"}`, 403},
+		{"DELETE", "/v1/templates/img", tkTplReadA, "", 403},
 		{"DELETE", "/v1/templates/img", tkWriteA, "", 403},
 		{"DELETE", "/v1/templates/img", tkReadB, "", 403},
 		{"GET", "/v1/templates", "", "", 401},
@@ -591,25 +608,25 @@ func TestTemplateNotServed(t *testing.T) {
 func TestTemplateBuildErrors(t *testing.T) {
 	ctx := context.Background()
 	e := newTplEnv(t)
-	c := e.client(tkAdminA)
+	c := e.client(tkOp)
 	e.builder.set(func(b *fakeBuilder) {
 		b.err = fmt.Errorf("image registry.test/nope:1: %w", errdefs.ErrNotFound)
 		b.events = []BuildEvent{{Type: "step", Step: 1, Steps: 1, Instruction: "FROM registry.test/nope:1"}}
 	})
-	_, err := c.BuildTemplate(ctx, client.BuildTemplateRequest{Name: "a", From: "registry.test/nope:1"}, nil)
+	_, err := c.BuildTemplate(ctx, client.BuildTemplateRequest{Name: "a", Shared: true, From: "registry.test/nope:1"}, nil)
 	var ae *client.APIError
 	if !errors.As(err, &ae) || !errors.Is(err, client.ErrNotFound) || !strings.Contains(ae.Message, "registry.test/nope:1") {
 		t.Errorf("stream with a missing image: %v", err)
 	}
-	resp, b := e.raw("POST", "/v1/templates", map[string]string{"Authorization": "Bearer " + tkAdminA},
-		strings.NewReader(`{"name":"a","from":"registry.test/nope:1"}`))
+	resp, b := e.raw("POST", "/v1/templates", map[string]string{"Authorization": "Bearer " + tkOp},
+		strings.NewReader(`{"name":"a","shared":true,"from":"registry.test/nope:1"}`))
 	if resp.StatusCode != 404 || tplErrCode(b) != CodeNotFound {
 		t.Errorf("JSON with a missing image: %d %s", resp.StatusCode, b)
 	}
 
 	// Internal errors do not leak their text.
 	e.builder.set(func(b *fakeBuilder) { b.err = fmt.Errorf("mkdir /var/lib/airlock/secret: %w", errdefs.ErrInternal) })
-	_, err = c.BuildTemplate(ctx, client.BuildTemplateRequest{Name: "a", From: "x/y:1"}, nil)
+	_, err = c.BuildTemplate(ctx, client.BuildTemplateRequest{Name: "a", Shared: true, From: "x/y:1"}, nil)
 	if !errors.Is(err, client.ErrInternal) || strings.Contains(err.Error(), "/var/lib") {
 		t.Errorf("internal failure: %v", err)
 	}
@@ -629,17 +646,17 @@ func TestTemplateBuildErrors(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, name := range []string{"one", "two"} {
 		wg.Go(func() {
-			if _, err := c.BuildTemplate(ctx, client.BuildTemplateRequest{Name: name, From: "x/y:1"}, nil); err != nil {
+			if _, err := c.BuildTemplate(ctx, client.BuildTemplateRequest{Name: name, Shared: true, From: "x/y:1"}, nil); err != nil {
 				t.Errorf("build %s: %v", name, err)
 			}
 		})
 	}
 	<-e.builder.started
 	<-e.builder.started
-	if _, err := c.BuildTemplate(ctx, client.BuildTemplateRequest{Name: "one", From: "x/y:1"}, nil); !errors.Is(err, client.ErrConflict) {
+	if _, err := c.BuildTemplate(ctx, client.BuildTemplateRequest{Name: "one", Shared: true, From: "x/y:1"}, nil); !errors.Is(err, client.ErrConflict) {
 		t.Errorf("same name while building: %v", err)
 	}
-	if _, err := c.BuildTemplate(ctx, client.BuildTemplateRequest{Name: "three", From: "x/y:1"}, nil); !errors.Is(err, client.ErrQuotaExceeded) {
+	if _, err := c.BuildTemplate(ctx, client.BuildTemplateRequest{Name: "three", Shared: true, From: "x/y:1"}, nil); !errors.Is(err, client.ErrQuotaExceeded) {
 		t.Errorf("third concurrent build: %v", err)
 	}
 	close(e.builder.block)
@@ -650,7 +667,7 @@ func TestTemplateBuildErrors(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.BuildTemplate(cctx, client.BuildTemplateRequest{Name: "gone", From: "x/y:1"}, nil)
+		_, err := c.BuildTemplate(cctx, client.BuildTemplateRequest{Name: "gone", Shared: true, From: "x/y:1"}, nil)
 		done <- err
 	}()
 	<-e.builder.started
@@ -676,9 +693,9 @@ func TestTemplateBuildErrors(t *testing.T) {
 func TestTemplateDelete(t *testing.T) {
 	ctx := context.Background()
 	e := newTplEnv(t)
-	admin := e.client(tkAdminA)
+	admin := e.client(tkOp)
 	for _, n := range []string{"a", "b"} {
-		if _, err := admin.BuildTemplate(ctx, client.BuildTemplateRequest{Name: n, From: "x/y:1"}, nil); err != nil {
+		if _, err := admin.BuildTemplate(ctx, client.BuildTemplateRequest{Name: n, Shared: true, From: "x/y:1"}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -687,8 +704,12 @@ func TestTemplateDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.audit.take()
-	// Another tenant's admin is refused too: the sandbox uses it.
-	if _, err := e.client(tkAdminB).DeleteTemplate(ctx, "a"); !errors.Is(err, client.ErrConflict) || !strings.Contains(err.Error(), "in use") {
+	// A tenant's admin may not remove a shared template; the operator
+	// may not while a sandbox uses it.
+	if _, err := e.client(tkAdminB).DeleteTemplate(ctx, "a"); !errors.Is(err, client.ErrForbidden) || !strings.Contains(err.Error(), "operator") {
+		t.Errorf("a tenant admin deletes a shared template: %v", err)
+	}
+	if _, err := admin.DeleteTemplate(ctx, "a"); !errors.Is(err, client.ErrConflict) || !strings.Contains(err.Error(), "in use") {
 		t.Errorf("delete in use: %v", err)
 	}
 	if _, err := e.reg.Get("a"); err != nil {
@@ -730,7 +751,7 @@ func TestTemplateDelete(t *testing.T) {
 			oks = append(oks, ev)
 		}
 	}
-	if len(oks) != 1 || oks[0].Target != "a" || oks[0].Details["freed_layers"] != 1 || oks[0].KeyID != "kadmina" {
+	if len(oks) != 1 || oks[0].Target != "a" || oks[0].Details["freed_layers"] != 1 || oks[0].KeyID != opKeyID || oks[0].Details["shared"] != true {
 		t.Errorf("delete audit = %+v", oks)
 	}
 	if ls, _ := oks[0].Details["layers"].([]string); len(ls) != 2 {

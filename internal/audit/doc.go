@@ -65,11 +65,46 @@
 //
 // The chain has no secret key. Someone who can write the database file can
 // rewrite records, recompute every hash after them and move the anchor, and
-// the result verifies. Such a rewrite is detectable only against a hash
-// kept where that person cannot reach: save Report.Head (or any Record's
-// Seq and Hash) off the host, and pass it to Verify later as a checkpoint.
-// Records are also protected against accidental edits: the SQLite store
-// refuses UPDATE and DELETE on them with triggers.
+// the result verifies; so does a log truncated with its anchor moved back
+// to an earlier record, or wiped. These are detectable only against a hash
+// kept where that person cannot reach: a checkpoint (below), or
+// Report.Head (or any Record's Seq and Hash) saved off the host and passed
+// to Verify later. Records are also protected against accidental edits: the
+// SQLite store refuses UPDATE and DELETE on them with triggers.
+//
+// # Checkpoints
+//
+// A Checkpoint is a head (Seq and Hash) that a daemon signed with its
+// ed25519 key (Signer), with the time and the key's ID. The daemon serves
+// one on request and appends one to an export file periodically
+// (AppendCheckpoint: one JSON object per line), for the operator to ship
+// off the host. VerifyCheckpoints reports the chain broken, naming the
+// checkpoint, when the record at a checkpoint's Seq has another hash (a
+// rewritten chain) or the log ends before it (a truncated or wiped log).
+// PublicKey.Verify refuses a checkpoint whose signature does not match its
+// fields or that another key signed. The signed message is text:
+//
+//	airlock-audit-checkpoint-v1\n
+//	seq <Seq in decimal>\n
+//	hash <Hash>\n
+//	time <Time as RFC 3339 UTC, whole seconds: 2026-01-02T15:04:05Z>\n
+//	key <KeyID>\n
+//
+// so that a checkpoint can be verified without Airlock, given the public
+// key (PEM, as GET /v1/audit/checkpoint and `airlock audit checkpoint
+// --public-key` export it), for example with OpenSSL 3:
+//
+//	printf 'airlock-audit-checkpoint-v1\nseq %s\nhash %s\ntime %s\nkey %s\n' \
+//	    "$seq" "$hash" "$time" "$key_id" > msg
+//	printf %s "$signature" | base64 -d > sig
+//	openssl pkey -pubin -in audit.pub -outform DER | tail -c 32 | sha256sum | cut -c1-16  # = key_id
+//	openssl pkeyutl -verify -pubin -inkey audit.pub -rawin -in msg -sigfile sig
+//
+// A checkpoint vouches for what the daemon held as its head when it
+// signed; it does not vouch for the records before it, which only a walk
+// of the chain (against an older checkpoint) does. The key sits in the
+// daemon's data directory: whoever can read it can sign checkpoints of a
+// rewritten chain, but not take back those already shipped elsewhere.
 //
 // # Durability and group commit
 //

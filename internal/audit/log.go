@@ -500,3 +500,10 @@ func (l *Log) Select(ctx context.Context, q Query, phase Phase) (Page, error) {
 func (l *Log) Verify(ctx context.Context, checkpoints ...store.AuditHead) (Report, error) {
 	return Verify(ctx, l.st, checkpoints...)
 }
+
+// VerifyCheckpoints checks the whole chain in the store against
+// checkpoints; see the package VerifyCheckpoints. Signatures are the
+// caller's to check.
+func (l *Log) VerifyCheckpoints(ctx context.Context, checkpoints ...Checkpoint) (Report, error) {
+	return VerifyCheckpoints(ctx, l.st, checkpoints...)
+}

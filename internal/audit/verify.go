@@ -66,6 +66,19 @@ const verifyPage = store.MaxListLimit
 // reported as a missing tail. The error is for failures to read the store;
 // a broken chain is reported in the Report.
 func Verify(ctx context.Context, st store.AuditStore, checkpoints ...store.AuditHead) (Report, error) {
+	cps := make([]Checkpoint, len(checkpoints))
+	for i, h := range checkpoints {
+		cps[i] = Checkpoint{Seq: h.Seq, Hash: h.Hash}
+	}
+	return VerifyCheckpoints(ctx, st, cps...)
+}
+
+// VerifyCheckpoints is Verify against checkpoints, signed or not, which
+// the report names when the chain does not match one: a record at a
+// checkpoint's Seq with another hash (a rewritten chain), or a log that
+// ends before a checkpoint's Seq (truncated, its head anchor moved back,
+// or wiped). It does not check signatures: see PublicKey.Verify.
+func VerifyCheckpoints(ctx context.Context, st store.AuditStore, checkpoints ...Checkpoint) (Report, error) {
 	head, err := st.AuditHead(ctx)
 	if err != nil {
 		return Report{}, fmt.Errorf("audit verify: %w", err)
@@ -76,7 +89,7 @@ func Verify(ctx context.Context, st store.AuditStore, checkpoints ...store.Audit
 		return rep, nil
 	}
 	cps := slices.Clone(checkpoints)
-	slices.SortFunc(cps, func(a, b store.AuditHead) int { return cmp.Compare(a.Seq, b.Seq) })
+	slices.SortStableFunc(cps, func(a, b Checkpoint) int { return cmp.Compare(a.Seq, b.Seq) })
 	for len(cps) > 0 && cps[0].Seq == 0 {
 		cps = cps[1:] // the empty log is a prefix of every log
 	}
@@ -109,7 +122,7 @@ func Verify(ctx context.Context, st store.AuditStore, checkpoints ...store.Audit
 			}
 			for len(cps) > 0 && cps[0].Seq == r.Seq {
 				if cps[0].Hash != r.Hash {
-					return bad(r.Seq, "record differs from checkpoint %s", short(cps[0].Hash))
+					return bad(r.Seq, "record differs from %s: the chain was rewritten", cps[0])
 				}
 				cps = cps[1:]
 			}
@@ -135,7 +148,7 @@ func Verify(ctx context.Context, st store.AuditStore, checkpoints ...store.Audit
 		return bad(head.Seq, "head anchor hash does not match record %d", head.Seq)
 	}
 	if len(cps) > 0 {
-		return bad(head.Seq+1, "log ends at seq %d but checkpoint %d exists: records were removed", head.Seq, cps[0].Seq)
+		return bad(head.Seq+1, "log ends at seq %d but %s exists: records were removed (the log was truncated or wiped)", head.Seq, cps[0])
 	}
 	// Records past the anchor were not written by the log (the anchor
 	// moves in the same transaction as every append).

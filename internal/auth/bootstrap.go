@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
@@ -20,25 +21,42 @@ const (
 	adminKeyName    = "admin"
 )
 
-// EnsureAdmin bootstraps a new installation. When the store holds no API
-// key at all, it creates the tenant DefaultTenantID and an admin-scoped
-// key in it, writes the key to <dataDir>/admin.key (mode 0600) and
-// returns it so that the caller prints it once. When the store already
-// holds a key, it does nothing and returns "".
+// operatorScopes are the scopes of the key EnsureAdmin creates.
+var operatorScopes = []string{string(ScopeAdmin), string(ScopeOperator)}
+
+// EnsureAdmin makes sure the installation has an operator key (see
+// ScopeOperator). When the store holds a live (not revoked, not expired)
+// operator key, it does nothing and returns "". Otherwise the key in
+// <dataDir>/admin.key becomes the operator's:
+//
+//   - no admin.key: a new key is made and written there (mode 0600) and
+//     stored in the tenant DefaultTenantID (created if missing) with the
+//     admin and operator scopes. This is the first start of an
+//     installation, and the way back for an operator who lost every
+//     operator key: remove admin.key and restart.
+//   - an admin.key whose key the store lacks (a crashed bootstrap, or a
+//     key the operator provided) is stored the same way.
+//   - an admin.key whose key is stored and live gets the operator scope.
+//     This is how an installation from before operator keys upgrades: its
+//     first start wrote the bootstrap key there.
+//   - an admin.key whose key is revoked or expired: nothing is done and a
+//     warning says to remove the file and restart.
+//
+// It returns the key when it stored a new one, so that the caller prints
+// it once. Only root can read or write admin.key (the data directory is
+// 0700), so whoever controls that file is the host operator already.
 //
 // The file is written before the key is stored, atomically (a temporary
 // file, fsynced, then linked into place, which never replaces an existing
 // file), so a crash at any point leaves either no admin.key or one that
-// the next start stores. An admin.key already present when the store has
-// no key is taken as the admin key: this is how a crashed bootstrap
-// resumes, and how an operator can provide the first key. EnsureAdmin
-// never overwrites or deletes admin.key.
+// the next start stores. EnsureAdmin never overwrites or deletes
+// admin.key.
 func (s *Service) EnsureAdmin(ctx context.Context, dataDir string) (string, error) {
-	n, err := s.st.CountAPIKeys(ctx)
+	live, err := s.hasOperator(ctx)
 	if err != nil {
 		return "", fmt.Errorf("bootstrap: %w", err)
 	}
-	if n > 0 {
+	if live {
 		return "", nil
 	}
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
@@ -59,16 +77,67 @@ func (s *Service) EnsureAdmin(ctx context.Context, dataDir string) (string, erro
 	}
 	id, secret, _ := ParseToken(token)
 
-	_, err = s.CreateTenant(ctx, store.Tenant{ID: DefaultTenantID, Name: "Default"})
-	if err != nil && !errors.Is(err, errdefs.ErrAlreadyExists) {
+	rec, err := s.st.GetAPIKey(ctx, id)
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		return token, s.storeOperatorKey(ctx, id, secret)
+	case err != nil:
 		return "", fmt.Errorf("bootstrap: %w", err)
+	case !secretMatches(id, secret, rec.Hash):
+		return "", fmt.Errorf("bootstrap: %s holds a key whose ID is stored with another secret; remove it to create a new operator key: %w",
+			AdminKeyFile, errdefs.ErrFailedPrecondition)
+	case !rec.RevokedAt.IsZero() || (!rec.ExpiresAt.IsZero() && !s.opts.Now().Before(rec.ExpiresAt)):
+		s.opts.Logger.Warn("no operator key: the key in " + AdminKeyFile +
+			" is revoked or expired; remove that file and restart to create a new operator key")
+		return "", nil
+	}
+	scopes := append(slices.Clone(rec.Scopes), string(ScopeOperator))
+	if err := s.st.SetAPIKeyScopes(ctx, id, store.NormalizeScopes(scopes)); err != nil {
+		return "", fmt.Errorf("bootstrap: grant the operator scope: %w", err)
+	}
+	s.forget(func(k store.APIKey) bool { return k.ID == id })
+	s.opts.Logger.Info("the key in "+AdminKeyFile+" is now the operator key", "key_id", id)
+	return "", nil
+}
+
+// storeOperatorKey stores the operator key id in DefaultTenantID,
+// creating the tenant if needed.
+func (s *Service) storeOperatorKey(ctx context.Context, id, secret string) error {
+	_, err := s.CreateTenant(ctx, store.Tenant{ID: DefaultTenantID, Name: "Default"})
+	if err != nil && !errors.Is(err, errdefs.ErrAlreadyExists) {
+		return fmt.Errorf("bootstrap: %w", err)
 	}
 	rec := store.APIKey{ID: id, TenantID: DefaultTenantID, Name: adminKeyName, Hash: hashSecret(id, secret),
-		Scopes: []string{string(ScopeAdmin)}, CreatedAt: s.opts.Now().UTC()}
+		Scopes: operatorScopes, CreatedAt: s.opts.Now().UTC()}
 	if err := s.st.CreateAPIKey(ctx, rec); err != nil {
-		return "", fmt.Errorf("bootstrap: store admin key: %w", err)
+		return fmt.Errorf("bootstrap: store the operator key: %w", err)
 	}
-	return token, nil
+	return nil
+}
+
+// hasOperator reports whether a live tenant holds a live operator key.
+func (s *Service) hasOperator(ctx context.Context) (bool, error) {
+	tenants, err := s.st.ListTenants(ctx)
+	if err != nil {
+		return false, err
+	}
+	now := s.opts.Now()
+	for _, t := range tenants {
+		if !t.DeletedAt.IsZero() {
+			continue
+		}
+		keys, err := s.st.ListAPIKeys(ctx, t.ID)
+		if err != nil {
+			return false, err
+		}
+		for _, k := range keys {
+			if slices.Contains(k.Scopes, string(ScopeOperator)) && k.RevokedAt.IsZero() &&
+				(k.ExpiresAt.IsZero() || now.Before(k.ExpiresAt)) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
 
 // readAdminKey reads an existing admin key file.

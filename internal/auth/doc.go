@@ -27,9 +27,20 @@
 // than it takes to refill their bucket are forgotten, and the number of
 // keys tracked is capped.
 //
+// # Scopes and the operator
+//
+// A key's scopes say what it may do within its tenant; admin implies all
+// of them. The operator scope belongs to the host's operator: it implies
+// every scope and allows what crosses tenants (tenants, shared templates,
+// registry pulls). Keys cannot grant scopes they lack, so only an
+// operator key makes another.
+//
 // # Bootstrap
 //
-// Service.EnsureAdmin creates the default tenant and an admin key on the
-// first start of an installation and writes the key to <data dir>/admin.key
-// (mode 0600) without ever overwriting that file.
+// Service.EnsureAdmin runs at every start. Unless a live operator key
+// exists, the key in <data dir>/admin.key becomes one: created on the
+// first start (in the tenant "default", with admin and operator, the file
+// written mode 0600 and never overwritten), stored when the store lacks
+// it, or granted the operator scope when it is an older installation's
+// bootstrap key.
 package auth

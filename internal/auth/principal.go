@@ -8,8 +8,15 @@ import (
 // Scope is a permission an API key carries.
 type Scope string
 
-// The scopes. Admin implies every other scope within the key's tenant and
-// allows managing tenants and keys.
+// The scopes. Admin implies every other scope within the key's tenant,
+// but not Operator. Operator implies every scope, admin included: it is
+// the host operator's, and also allows what crosses tenants (managing
+// tenants, shared templates, pulling images from registries). Only a key
+// with Operator can create another.
+//
+// ToolsCall and Approvals are reserved for the tool gateway, which is not
+// built yet: keys may carry them, but no route checks them, so they grant
+// nothing today.
 const (
 	ScopeSandboxesRead  Scope = "sandboxes:read"
 	ScopeSandboxesWrite Scope = "sandboxes:write"
@@ -21,12 +28,13 @@ const (
 	ScopeToolsCall      Scope = "tools:call"
 	ScopeApprovals      Scope = "approvals"
 	ScopeAdmin          Scope = "admin"
+	ScopeOperator       Scope = "operator"
 )
 
 // AllScopes lists every scope, in a stable order.
 var AllScopes = []Scope{
 	ScopeSandboxesRead, ScopeSandboxesWrite, ScopeExec, ScopeFiles, ScopeAuditRead,
-	ScopeTemplatesRead, ScopeTemplatesWrite, ScopeToolsCall, ScopeApprovals, ScopeAdmin,
+	ScopeTemplatesRead, ScopeTemplatesWrite, ScopeToolsCall, ScopeApprovals, ScopeAdmin, ScopeOperator,
 }
 
 // Valid reports whether s is a known scope.
@@ -39,10 +47,17 @@ type Principal struct {
 	Scopes   []Scope
 }
 
-// Has reports whether p may act with scope s. Admin implies every scope.
+// Has reports whether p may act with scope s. Operator implies every
+// scope; admin every scope but operator.
 func (p Principal) Has(s Scope) bool {
-	return slices.Contains(p.Scopes, s) || slices.Contains(p.Scopes, ScopeAdmin)
+	if slices.Contains(p.Scopes, s) || slices.Contains(p.Scopes, ScopeOperator) {
+		return true
+	}
+	return s != ScopeOperator && slices.Contains(p.Scopes, ScopeAdmin)
 }
+
+// IsOperator reports whether p is the host operator's (see ScopeOperator).
+func (p Principal) IsOperator() bool { return p.Has(ScopeOperator) }
 
 type principalKey struct{}
 

@@ -145,6 +145,41 @@ func (s *Service) CreateTenant(ctx context.Context, t store.Tenant) (store.Tenan
 	return t, nil
 }
 
+// GetTenant returns the tenant with this ID, a deleted one included
+// (DeletedAt set); ErrNotFound if there is none.
+func (s *Service) GetTenant(ctx context.Context, id string) (store.Tenant, error) {
+	return s.st.GetTenant(ctx, id)
+}
+
+// ListTenants returns every tenant, deleted ones included, by ID.
+func (s *Service) ListTenants(ctx context.Context) ([]store.Tenant, error) {
+	return s.st.ListTenants(ctx)
+}
+
+// DeleteTenant deletes the tenant and revokes its keys at once (see
+// store.TenantStore.DeleteTenant): ErrNotFound for a missing or deleted
+// tenant, ErrFailedPrecondition while it has active sandbox records. Its
+// keys stop working at once through this Service and within CacheTTL
+// through others sharing the store.
+func (s *Service) DeleteTenant(ctx context.Context, id string) error {
+	err := s.st.DeleteTenant(ctx, id, s.opts.Now())
+	s.forget(func(k store.APIKey) bool { return k.TenantID == id })
+	return err
+}
+
+// forget drops the cached keys drop selects and makes lookups in flight
+// not cache what they read.
+func (s *Service) forget(drop func(store.APIKey) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, e := range s.cache {
+		if drop(e.key) {
+			delete(s.cache, id)
+		}
+	}
+	s.gen++
+}
+
 // SandboxQuota returns the tenant's cap on active sandboxes (0: no cap).
 func (s *Service) SandboxQuota(ctx context.Context, tenantID string) (int, error) {
 	t, err := s.st.GetTenant(ctx, tenantID)

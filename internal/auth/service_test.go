@@ -306,3 +306,61 @@ func TestCreateTenantGeneratesID(t *testing.T) {
 		t.Errorf("SandboxQuota of an unknown tenant: %v", err)
 	}
 }
+
+func TestScopeImplication(t *testing.T) {
+	admin := Principal{Scopes: []Scope{ScopeAdmin}}
+	op := Principal{Scopes: []Scope{ScopeOperator}}
+	plain := Principal{Scopes: []Scope{ScopeTemplatesRead}}
+	for _, sc := range AllScopes {
+		if !op.Has(sc) {
+			t.Errorf("operator lacks %s", sc)
+		}
+		if got, want := admin.Has(sc), sc != ScopeOperator; got != want {
+			t.Errorf("admin.Has(%s) = %v, want %v", sc, got, want)
+		}
+	}
+	if admin.IsOperator() || !op.IsOperator() || plain.IsOperator() {
+		t.Error("IsOperator wrong")
+	}
+	if !plain.Has(ScopeTemplatesRead) || plain.Has(ScopeTemplatesWrite) {
+		t.Error("a plain key's scopes are wrong")
+	}
+}
+
+func TestDeleteTenant(t *testing.T) {
+	ctx := context.Background()
+	s, _ := withTenant(t, Options{})
+	if _, err := s.CreateTenant(ctx, store.Tenant{ID: "t2"}); err != nil {
+		t.Fatal(err)
+	}
+	tok, _, err := s.CreateKey(ctx, "t1", "k", []Scope{ScopeAdmin}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok2, _, _ := s.CreateKey(ctx, "t2", "k", []Scope{ScopeAdmin}, time.Time{})
+	if _, err := s.Authenticate(ctx, tok); err != nil { // cached now
+		t.Fatal(err)
+	}
+	if err := s.DeleteTenant(ctx, "t1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Authenticate(ctx, tok); !errors.Is(err, ErrInvalidKey) {
+		t.Errorf("a deleted tenant's key still works: %v", err)
+	}
+	if _, err := s.Authenticate(ctx, tok2); err != nil {
+		t.Errorf("another tenant's key: %v", err)
+	}
+	if tn, err := s.GetTenant(ctx, "t1"); err != nil || tn.DeletedAt.IsZero() {
+		t.Errorf("deleted tenant = %+v, %v", tn, err)
+	}
+	if err := s.DeleteTenant(ctx, "t1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("second delete: %v", err)
+	}
+	if _, _, err := s.CreateKey(ctx, "t1", "k", []Scope{ScopeExec}, time.Time{}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("key in a deleted tenant: %v", err)
+	}
+	list, err := s.ListTenants(ctx)
+	if err != nil || len(list) != 2 {
+		t.Errorf("ListTenants = %+v, %v", list, err)
+	}
+}

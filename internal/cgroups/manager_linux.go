@@ -587,7 +587,7 @@ func (s *Sandbox) Delegate() (*Delegation, error) {
 			return nil, err
 		}
 	}
-	d := &Delegation{Version: s.m.l.v, Work: map[string]*os.File{}, Home: map[string]*os.File{}, MemoryBudget: s.limits.totalMemory()}
+	d := &Delegation{Version: s.m.l.v, Work: map[string]*os.File{}, Home: map[string]*os.File{}}
 	for i := range work.dirs {
 		name := work.dirs[i].h.name
 		for _, x := range []struct {

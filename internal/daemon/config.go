@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -44,6 +45,23 @@ type Config struct {
 	RateBurst int     `json:"rate_burst"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `json:"log_level"`
+	// AuditCheckpointInterval is how often the daemon appends a signed
+	// checkpoint of the audit chain's head to AuditCheckpointFile (only
+	// when the head moved; also at start and shutdown); 0 exports none.
+	// It bounds how many of the latest records a truncation of the log
+	// could remove without a shipped checkpoint noticing.
+	AuditCheckpointInterval Duration `json:"audit_checkpoint_interval"`
+	// AuditCheckpointFile is the export file, JSON lines; default
+	// <data-dir>/audit/checkpoints.jsonl. Its directory must exist.
+	AuditCheckpointFile string `json:"audit_checkpoint_file"`
+	// MaxExecsPerSandbox and MaxExecsPerKey cap the execs (buffered and
+	// streamed), PTY sessions and code cells in flight on one sandbox and
+	// for one API key; ExecMemoryMB caps, daemon-wide, the memory in MiB
+	// those may hold, each reserving its worst case when admitted. Past
+	// any of them a request gets 429 resource_exhausted.
+	MaxExecsPerSandbox int `json:"max_execs_per_sandbox"`
+	MaxExecsPerKey     int `json:"max_execs_per_key"`
+	ExecMemoryMB       int `json:"exec_memory_mb"`
 }
 
 // Defaults returns the built-in configuration.
@@ -59,6 +77,12 @@ func Defaults() Config {
 		RateLimit:       1000,
 		RateBurst:       2000,
 		LogLevel:        "info",
+
+		AuditCheckpointInterval: Duration(5 * time.Minute),
+
+		MaxExecsPerSandbox: 16,
+		MaxExecsPerKey:     64,
+		ExecMemoryMB:       512,
 	}
 }
 
@@ -89,6 +113,21 @@ func (d *Duration) Set(s string) error {
 	}
 	*d = Duration(v)
 	return nil
+}
+
+// minExecMemoryMB is the least ExecMemoryMB: room for a code cell, the
+// largest reservation (20 MiB), and a few execs besides.
+const minExecMemoryMB = 64
+
+// baseMemoryMB is what the daemon needs besides the output of requests in
+// flight (ExecMemoryMB): the manager, the store, the idle connections and
+// goroutines of a thousand clients.
+const baseMemoryMB = 128
+
+// softMemoryLimit is the daemon's soft limit on the Go runtime's memory
+// (runtime/debug.SetMemoryLimit): ExecMemoryMB plus baseMemoryMB.
+func (c Config) softMemoryLimit() int64 {
+	return int64(c.ExecMemoryMB+baseMemoryMB) << 20
 }
 
 // maxConfigFileBytes caps the config file.
@@ -150,6 +189,12 @@ func newFlagSet(cfg *Config, configPath *string, usageOut io.Writer) *flag.FlagS
 	fs.Float64Var(&cfg.RateLimit, "rate-limit", cfg.RateLimit, "requests per second per API key")
 	fs.IntVar(&cfg.RateBurst, "rate-burst", cfg.RateBurst, "request burst per API key")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
+	fs.Var(&cfg.AuditCheckpointInterval, "audit-checkpoint-interval", "how often to export a signed audit checkpoint (0: never)")
+	fs.StringVar(&cfg.AuditCheckpointFile, "audit-checkpoint-file", cfg.AuditCheckpointFile,
+		"file the signed audit checkpoints are appended to (default <data-dir>/audit/checkpoints.jsonl)")
+	fs.IntVar(&cfg.MaxExecsPerSandbox, "max-execs-per-sandbox", cfg.MaxExecsPerSandbox, "execs, PTY sessions and code cells in flight per sandbox")
+	fs.IntVar(&cfg.MaxExecsPerKey, "max-execs-per-key", cfg.MaxExecsPerKey, "execs, PTY sessions and code cells in flight per API key")
+	fs.IntVar(&cfg.ExecMemoryMB, "exec-memory-mb", cfg.ExecMemoryMB, "MiB the execs, PTY sessions and code cells in flight may hold, daemon-wide")
 	return fs
 }
 
@@ -197,8 +242,13 @@ func envKeys(cfg *Config) map[string]func(string) error {
 			cfg.RateLimit = f
 			return err
 		},
-		"AIRLOCK_RATE_BURST": num(&cfg.RateBurst),
-		"AIRLOCK_LOG_LEVEL":  str(&cfg.LogLevel),
+		"AIRLOCK_RATE_BURST":                num(&cfg.RateBurst),
+		"AIRLOCK_LOG_LEVEL":                 str(&cfg.LogLevel),
+		"AIRLOCK_AUDIT_CHECKPOINT_INTERVAL": cfg.AuditCheckpointInterval.Set,
+		"AIRLOCK_AUDIT_CHECKPOINT_FILE":     str(&cfg.AuditCheckpointFile),
+		"AIRLOCK_MAX_EXECS_PER_SANDBOX":     num(&cfg.MaxExecsPerSandbox),
+		"AIRLOCK_MAX_EXECS_PER_KEY":         num(&cfg.MaxExecsPerKey),
+		"AIRLOCK_EXEC_MEMORY_MB":            num(&cfg.ExecMemoryMB),
 	}
 }
 
@@ -242,6 +292,16 @@ func (c Config) Validate() error {
 		return bad("default timeout must be positive and at most the max lifetime")
 	case c.RateLimit <= 0 || c.RateBurst < 1:
 		return bad("rate limit and burst must be positive")
+	case c.AuditCheckpointInterval != 0 && (c.AuditCheckpointInterval < Duration(time.Second) || c.AuditCheckpointInterval > Duration(24*time.Hour)):
+		return bad("audit checkpoint interval must be 0 (no export) or between 1s and 24h")
+	case c.AuditCheckpointFile != "" && (!filepath.IsAbs(c.AuditCheckpointFile) || filepath.Clean(c.AuditCheckpointFile) != c.AuditCheckpointFile):
+		return bad("audit checkpoint file must be a clean absolute path")
+	case c.MaxExecsPerSandbox < 1 || c.MaxExecsPerSandbox > 4096:
+		return bad("max execs per sandbox must be between 1 and 4096")
+	case c.MaxExecsPerKey < 1 || c.MaxExecsPerKey > 65536:
+		return bad("max execs per key must be between 1 and 65536")
+	case c.ExecMemoryMB < minExecMemoryMB || c.ExecMemoryMB > 1<<20:
+		return bad("exec memory must be between %d and %d MiB", minExecMemoryMB, 1<<20)
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err

@@ -35,6 +35,28 @@ func TestLoadConfigPrecedence(t *testing.T) {
 	}
 }
 
+// TestLoadConfigExecCaps checks that the caps on execs in flight come
+// from each source, with the usual precedence.
+func TestLoadConfigExecCaps(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "airlock.json")
+	if err := os.WriteFile(file, []byte(`{"max_execs_per_sandbox":3,"max_execs_per_key":4,"exec_memory_mb":100}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfig([]string{"--config", file, "--max-execs-per-key", "9"},
+		[]string{"AIRLOCK_EXEC_MEMORY_MB=200", "AIRLOCK_MAX_EXECS_PER_KEY=8"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MaxExecsPerSandbox != 3 || cfg.MaxExecsPerKey != 9 || cfg.ExecMemoryMB != 200 {
+		t.Fatalf("got per sandbox %d, per key %d, memory %d MiB; want 3 (file), 9 (flag), 200 (env)",
+			cfg.MaxExecsPerSandbox, cfg.MaxExecsPerKey, cfg.ExecMemoryMB)
+	}
+	def := Defaults()
+	if def.MaxExecsPerSandbox != 16 || def.MaxExecsPerKey != 64 || def.ExecMemoryMB != 512 {
+		t.Fatalf("defaults changed: %+v (docs/ARCHITECTURE.md and SECURITY.md state them)", def)
+	}
+}
+
 func TestLoadConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, body string) string {
@@ -62,6 +84,10 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"bad level", []string{"--log-level", "loud"}, nil, "log level"},
 		{"arguments", []string{"extra"}, nil, "no arguments"},
 		{"unknown flag", []string{"--colour"}, nil, "flag provided but not defined"},
+		{"no execs per sandbox", []string{"--max-execs-per-sandbox", "0"}, nil, "max execs per sandbox"},
+		{"no execs per key", nil, []string{"AIRLOCK_MAX_EXECS_PER_KEY=0"}, "max execs per key"},
+		{"exec memory too small", []string{"--config", write("d.json", `{"exec_memory_mb":16}`)}, nil, "exec memory"},
+		{"bad exec memory env", nil, []string{"AIRLOCK_EXEC_MEMORY_MB=lots"}, "AIRLOCK_EXEC_MEMORY_MB"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -94,4 +120,37 @@ func TestLockFile(t *testing.T) {
 		t.Fatalf("lock after unlock: %v", err)
 	}
 	unlock2()
+}
+
+// TestLoadConfigAuditCheckpoints checks the checkpoint export settings:
+// their defaults, each source, and the values refused.
+func TestLoadConfigAuditCheckpoints(t *testing.T) {
+	def := Defaults()
+	if def.AuditCheckpointInterval != Duration(5*time.Minute) || def.AuditCheckpointFile != "" ||
+		checkpointFile(def) != "/var/lib/airlock/audit/checkpoints.jsonl" {
+		t.Fatalf("defaults changed: %v %q (docs/SECURITY.md states them)", def.AuditCheckpointInterval, def.AuditCheckpointFile)
+	}
+	file := filepath.Join(t.TempDir(), "airlock.json")
+	if err := os.WriteFile(file, []byte(`{"audit_checkpoint_interval":"1m","audit_checkpoint_file":"/srv/a.jsonl"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfig([]string{"--config", file, "--audit-checkpoint-file", "/srv/b.jsonl"},
+		[]string{"AIRLOCK_AUDIT_CHECKPOINT_INTERVAL=0s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AuditCheckpointInterval != 0 || cfg.AuditCheckpointFile != "/srv/b.jsonl" || checkpointFile(cfg) != "/srv/b.jsonl" {
+		t.Errorf("got interval %v (want 0 from env), file %q (want the flag's)", cfg.AuditCheckpointInterval, cfg.AuditCheckpointFile)
+	}
+	for _, args := range [][]string{
+		{"--audit-checkpoint-interval", "500ms"},
+		{"--audit-checkpoint-interval", "48h"},
+		{"--audit-checkpoint-interval", "-1m"},
+		{"--audit-checkpoint-file", "relative.jsonl"},
+		{"--audit-checkpoint-file", "/srv/../etc/x"},
+	} {
+		if _, err := LoadConfig(args, nil, io.Discard); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "audit checkpoint") {
+			t.Errorf("%v: %v, want an invalid audit checkpoint setting", args, err)
+		}
+	}
 }

@@ -10,19 +10,18 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/api"
-	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/auth"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/interp"
 	"github.com/airlock-sandbox/airlock/internal/runtime/linux"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
-	"github.com/airlock-sandbox/airlock/internal/store/sqlitestore"
 	"github.com/airlock-sandbox/airlock/internal/template"
 )
 
@@ -69,15 +68,22 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	if announce == nil {
 		announce = io.Discard
 	}
+	// Requests in flight hold at most ExecMemoryMB; a soft limit on the
+	// Go heap keeps the garbage that the collector lets pile up from
+	// doubling that in the daemon's memory. GOMEMLIMIT, if set, wins.
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(cfg.softMemoryLimit())
+	}
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("airlock serve must run as root (it creates namespaces, cgroups and mounts): %w", errdefs.ErrPermissionDenied)
 	}
 	// Sandbox uids must traverse the data dir to reach template layers
-	// and their mount points; nothing in it is readable to them.
-	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
+	// and their mount points; nothing in it is readable to them (the
+	// entries are secured once the lock is held, by openState).
+	if err := os.MkdirAll(cfg.DataDir, dataDirMode); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	if err := os.Chmod(cfg.DataDir, 0o711); err != nil {
+	if err := os.Chmod(cfg.DataDir, dataDirMode); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
 
@@ -103,34 +109,21 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	}
 	defer ln.Close()
 
-	st, err := sqlitestore.Open(ctx, filepath.Join(cfg.DataDir, dbFile), sqlitestore.Options{Logger: log.With("component", "store")})
-	if err != nil {
-		return fmt.Errorf("open store: %w", err)
-	}
-	defer closeWith(&retErr, "close store", st.Close)
-
-	auditLog, err := audit.New(ctx, st, audit.Options{Logger: log.With("component", "audit")})
-	if err != nil {
-		return fmt.Errorf("open audit log: %w", err)
-	}
-	defer closeWith(&retErr, "close audit log", func() error {
-		cctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-		defer cancel()
-		return auditLog.Close(cctx)
-	})
-
-	keys, err := auth.NewService(st, auth.Options{Logger: log.With("component", "auth")})
+	data, err := openState(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	adminKey, err := keys.EnsureAdmin(ctx, cfg.DataDir)
-	if err != nil {
-		return fmt.Errorf("bootstrap admin key: %w", err)
-	}
-	if adminKey != "" {
+	defer closeWith(&retErr, "close state", data.close)
+	st, auditLog, keys := data.store, data.audit, data.keys
+	if data.adminKey != "" {
 		fmt.Fprintf(announce, "Created the admin API key (shown once; also in %s, mode 0600):\n\n    %s\n\n",
-			filepath.Join(cfg.DataDir, auth.AdminKeyFile), adminKey)
+			filepath.Join(cfg.DataDir, auth.AdminKeyFile), data.adminKey)
 	}
+	stopExport, err := startCheckpointExport(ctx, cfg, data, log.With("component", "audit"))
+	if err != nil {
+		return fmt.Errorf("audit checkpoint export: %w", err)
+	}
+	defer stopExport() // after the API's shutdown: the last checkpoint covers every answered request
 	limiter, err := auth.NewLimiter(auth.LimiterOptions{Rate: cfg.RateLimit, Burst: cfg.RateBurst})
 	if err != nil {
 		return err
@@ -205,11 +198,18 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 			_, err := st.AuditHead(ctx)
 			return err
 		},
-		AuditLog:  auditLog,
-		Keys:      keys,
-		Records:   st,
-		Templates: tplRoutes,
-		Log:       log.With("component", "api"),
+		AuditLog:    auditLog,
+		AuditSigner: data.signer,
+		Keys:        keys,
+		Tenants:     keys,
+		Records:     st,
+		Templates:   tplRoutes,
+		Log:         log.With("component", "api"),
+		Limits: api.Limits{
+			MaxInflightPerSandbox: cfg.MaxExecsPerSandbox,
+			MaxInflightPerKey:     cfg.MaxExecsPerKey,
+			InflightMemory:        int64(cfg.ExecMemoryMB) << 20,
+		},
 	})
 	if err != nil {
 		return err

@@ -117,6 +117,7 @@ var _ api.TemplateBuilder = builder{}
 func (b builder) Build(ctx context.Context, req api.BuildRequest, events func(api.BuildEvent)) (layers.Manifest, error) {
 	breq := build.Request{
 		Name:        req.Name,
+		Owner:       req.Owner,
 		Airfile:     req.Airfile,
 		ContextDir:  req.ContextDir,
 		NoCache:     req.NoCache,

@@ -6,8 +6,9 @@
 // restarted daemon, crash safety of the audit log (intents and outcomes)
 // and of sandbox records when the daemon is killed mid-burst, slow and
 // oversized requests (slowloris, trickled bodies, huge headers, a client
-// that stops reading a stream), a bounded load run and the latency the
-// HTTP API adds to an exec.
+// that stops reading a stream), the caps on execs in flight under a flood
+// of 1,000 concurrent execs (429s and the daemon's peak RSS), a bounded
+// load run and the latency the HTTP API adds to an exec.
 //
 // Each test daemon runs in a private mount namespace in which the
 // runtime's cgroup parent ("airlock") is a bind mount of a cgroup of the

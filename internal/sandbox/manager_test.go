@@ -816,3 +816,41 @@ func TestTemplateEnvAndInUse(t *testing.T) {
 		t.Error("template still in use after destroy")
 	}
 }
+
+// TestTemplateNamespaces: a template name resolves to the owner's own
+// template, else the shared one, never another owner's; pools are the
+// shared templates'.
+func TestTemplateNamespaces(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	for _, s := range []template.Source{staticSource{"t1~other"}, staticSource{"t2~mine"}} {
+		if err := e.templates.Add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := e.manager(Config{PoolSize: map[string]int{"other": 1}})
+	eventually(t, 5*time.Second, "the pool to fill", func() bool { return m.PoolStats()[0].Ready == 1 })
+
+	own, err := m.Create(ctx, Spec{Owner: "t1", Template: "other"})
+	if err != nil || own.Template != "t1~other" {
+		t.Fatalf("t1 creates other: %+v, %v; want its own template", own, err)
+	}
+	if m.PoolStats()[0].Ready != 1 {
+		t.Error("t1's own template was served from the shared template's pool")
+	}
+	shared, err := m.Create(ctx, Spec{Owner: "t2", Template: "other"})
+	if err != nil || shared.Template != "other" {
+		t.Fatalf("t2 creates other: %+v, %v; want the shared template", shared, err)
+	}
+	for _, owner := range []string{"t1", ""} {
+		if _, err := m.Create(ctx, Spec{Owner: owner, Template: "mine"}); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("owner %q creates t2's template: %v, want not found", owner, err)
+		}
+	}
+	if _, err := m.Create(ctx, Spec{Owner: "t1", Template: "t2~mine"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a store name in a request: %v, want invalid argument", err)
+	}
+	if !m.TemplateInUse("t1~other") || !m.TemplateInUse("other") || m.TemplateInUse("t2~mine") {
+		t.Error("TemplateInUse does not follow store names")
+	}
+}

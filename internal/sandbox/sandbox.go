@@ -65,10 +65,13 @@ func (s State) Valid() bool {
 // Spec is a request to create a sandbox. Zero values mean "default".
 type Spec struct {
 	// Owner identifies who the sandbox belongs to (the API layer puts the
-	// tenant here). It is opaque to the Manager, persisted with the
-	// sandbox and usable as a List filter.
+	// tenant here). It is persisted with the sandbox, usable as a List
+	// filter, and the template namespace the Template name resolves in.
 	Owner string
 	// Template names the root filesystem; Config.DefaultTemplate if empty.
+	// It resolves to Owner's template of that name if there is one, else
+	// to the shared one (template.Registry.Lookup); the Sandbox's Template
+	// is then the template's store name (OWNER~NAME for an owned one).
 	Template string
 	// Limits caps the sandbox's resources; each zero field takes the
 	// template's value (template.Limiter), else Config.DefaultLimits, and
@@ -383,10 +386,7 @@ func (c Config) resolve(s Spec, templates *template.Registry) (resolvedSpec, err
 	if name == "" {
 		name = c.DefaultTemplate
 	}
-	if err := template.ValidateName(name); err != nil {
-		return resolvedSpec{}, err
-	}
-	src, err := templates.Get(name)
+	src, err := templates.Lookup(s.Owner, name)
 	if err != nil {
 		return resolvedSpec{}, err
 	}

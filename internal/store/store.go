@@ -50,15 +50,25 @@ type TenantStore interface {
 	GetTenant(ctx context.Context, id string) (Tenant, error)
 	// ListTenants returns every tenant, ordered by ID.
 	ListTenants(ctx context.Context) ([]Tenant, error)
-	// UpdateTenant replaces the name and quota of an existing tenant.
+	// UpdateTenant replaces the name and quota of an existing tenant;
+	// ErrNotFound for a deleted one.
 	UpdateTenant(ctx context.Context, t Tenant) error
+	// DeleteTenant marks the tenant deleted at the given time and revokes
+	// every key of it, in one transaction. It is ErrNotFound for a
+	// missing or already deleted tenant and ErrFailedPrecondition while
+	// the tenant has an active sandbox record (state other than
+	// SandboxStopped). A deleted tenant's row stays (GetTenant and
+	// ListTenants return it with DeletedAt set) so that its ID, which
+	// names its audit records and sandbox records, is never reused; no
+	// key or sandbox can be created in it.
+	DeleteTenant(ctx context.Context, id string, at time.Time) error
 }
 
 // KeyStore keeps API keys. The store never sees a key's secret, only the
 // hash that internal/auth computes.
 type KeyStore interface {
 	// CreateAPIKey inserts k; ErrAlreadyExists if its ID is taken,
-	// ErrNotFound if its tenant does not exist.
+	// ErrNotFound if its tenant does not exist or is deleted.
 	CreateAPIKey(ctx context.Context, k APIKey) error
 	// GetAPIKey returns the key with this ID (in any tenant) or ErrNotFound.
 	GetAPIKey(ctx context.Context, id string) (APIKey, error)
@@ -73,6 +83,10 @@ type KeyStore interface {
 	RevokeAPIKey(ctx context.Context, tenantID, id string, at time.Time) error
 	// TouchAPIKey sets the key's last use time.
 	TouchAPIKey(ctx context.Context, id string, at time.Time) error
+	// SetAPIKeyScopes replaces the scopes of the key with this ID (in any
+	// tenant; for the daemon's bootstrap, never for a caller's request);
+	// ErrNotFound if there is none.
+	SetAPIKeyScopes(ctx context.Context, id string, scopes []string) error
 }
 
 // SandboxStore keeps the API's record of sandboxes.
@@ -81,8 +95,8 @@ type SandboxStore interface {
 	// than its MaxSandboxes quota (a quota of 0 means unlimited). The
 	// check and the insert are one atomic step, so concurrent creations
 	// never exceed the quota: ErrResourceExhausted when it is reached,
-	// ErrAlreadyExists for a duplicate ID, ErrNotFound for an unknown
-	// tenant.
+	// ErrAlreadyExists for a duplicate ID, ErrNotFound for an unknown or
+	// deleted tenant.
 	CreateSandbox(ctx context.Context, s Sandbox) error
 	// PutSandbox inserts s or replaces the record with its ID, without a
 	// quota check. A record cannot move to another tenant:
@@ -210,6 +224,9 @@ type Tenant struct {
 	CreatedAt time.Time
 	// MaxSandboxes caps the tenant's active sandboxes; 0 means unlimited.
 	MaxSandboxes int
+	// DeletedAt is when the tenant was deleted (see DeleteTenant); zero
+	// for a live tenant. CreateTenant and UpdateTenant ignore it.
+	DeletedAt time.Time
 }
 
 // Validate reports a field the store refuses.
@@ -260,13 +277,8 @@ func (k APIKey) Validate() error {
 	if !isHash(k.Hash) {
 		return fmt.Errorf("key hash must be %d lowercase hex digits: %w", hashHexLen, errdefs.ErrInvalidArgument)
 	}
-	if len(k.Scopes) == 0 || len(k.Scopes) > maxScopes {
-		return fmt.Errorf("a key needs 1-%d scopes: %w", maxScopes, errdefs.ErrInvalidArgument)
-	}
-	for _, s := range k.Scopes {
-		if s == "" || len(s) > 64 || strings.ContainsAny(s, ", \t\r\n") || !utf8.ValidString(s) {
-			return fmt.Errorf("scope %q is malformed: %w", Clip(s), errdefs.ErrInvalidArgument)
-		}
+	if err := ValidateScopes(k.Scopes); err != nil {
+		return err
 	}
 	if k.CreatedAt.IsZero() {
 		return fmt.Errorf("key creation time is required: %w", errdefs.ErrInvalidArgument)
@@ -274,6 +286,20 @@ func (k APIKey) Validate() error {
 	for _, t := range []time.Time{k.CreatedAt, k.LastUsedAt, k.RevokedAt, k.ExpiresAt} {
 		if err := checkTime("key time", t); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// ValidateScopes reports a scope list the store refuses: it needs 1-32
+// scopes, each non-empty, at most 64 bytes, without blanks or commas.
+func ValidateScopes(scopes []string) error {
+	if len(scopes) == 0 || len(scopes) > maxScopes {
+		return fmt.Errorf("a key needs 1-%d scopes: %w", maxScopes, errdefs.ErrInvalidArgument)
+	}
+	for _, s := range scopes {
+		if s == "" || len(s) > 64 || strings.ContainsAny(s, ", \t\r\n") || !utf8.ValidString(s) {
+			return fmt.Errorf("scope %q is malformed: %w", Clip(s), errdefs.ErrInvalidArgument)
 		}
 	}
 	return nil

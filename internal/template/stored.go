@@ -22,13 +22,13 @@ type Stored struct {
 
 var _ Source = (*Stored)(nil)
 
-// NewStored returns the stored template called name. It fails with
-// ErrNotFound when the store has no such template.
+// NewStored returns the stored template whose store name (see StoreName)
+// is name. It fails with ErrNotFound when the store has no such template.
 func NewStored(store *layers.Store, name string) (*Stored, error) {
 	if store == nil {
 		return nil, fmt.Errorf("template %q: nil store: %w", truncate(name, 80), errdefs.ErrInvalidArgument)
 	}
-	if err := ValidateName(name); err != nil {
+	if err := validateStoreName(name); err != nil {
 		return nil, err
 	}
 	if _, err := store.Get(name); err != nil {
@@ -47,7 +47,7 @@ func StoredSources(store *layers.Store) []Source {
 	return out
 }
 
-// Name returns the template name.
+// Name returns the template's store name (OWNER~NAME for an owned one).
 func (t *Stored) Name() string { return t.name }
 
 // Manifest returns the template's manifest (layers and image defaults:

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
@@ -14,8 +15,13 @@ import (
 )
 
 func TestStoreNamePatternMatches(t *testing.T) {
-	if got, want := layers.NamePattern(), NamePattern.String(); got != want {
-		t.Errorf("layers name pattern %s differs from template.NamePattern %s", got, want)
+	if got, want := layers.NamePattern(), StoreNamePattern.String(); got != want {
+		t.Errorf("layers name pattern %s differs from template.StoreNamePattern %s", got, want)
+	}
+	// A store name is an optional owner and "~" before a template name.
+	prefix := "^(?:" + strings.TrimSuffix(strings.TrimPrefix(OwnerPattern.String(), "^"), "$") + ownerSep + ")?"
+	if got, want := StoreNamePattern.String(), prefix+strings.TrimPrefix(NamePattern.String(), "^"); got != want {
+		t.Errorf("StoreNamePattern %s, want %s", got, want)
 	}
 }
 

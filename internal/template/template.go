@@ -13,6 +13,16 @@
 //
 // Sources are registered explicitly in a Registry built by main; there is
 // no global registry.
+//
+// # Namespaces
+//
+// A template is shared (the built-in ones, and those the host operator
+// stores for everyone) or belongs to one owner (a tenant). Both kinds live
+// in one Registry and one layer store under their store name (StoreName):
+// a shared template's is its name, an owned one's is OWNER~NAME. Names
+// that requests give (NamePattern) cannot hold "~", so no request names
+// another owner's template directly; Registry.Lookup resolves a name for
+// an owner: the owner's template of that name, else the shared one.
 package template
 
 import (
@@ -20,6 +30,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
@@ -56,6 +67,52 @@ func ValidateName(name string) error {
 	return nil
 }
 
+// ownerSep joins an owner and a template name in a store name; neither
+// an owner nor a name can hold it.
+const ownerSep = "~"
+
+// OwnerPattern is the syntax of template owners: tenant IDs.
+var OwnerPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// StoreNamePattern is the syntax of store names (see StoreName); it equals
+// the layer store's name syntax (layers.NamePattern).
+var StoreNamePattern = regexp.MustCompile(`^(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,63}~)?[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// ValidateOwner reports whether owner can own templates.
+func ValidateOwner(owner string) error {
+	if !OwnerPattern.MatchString(owner) {
+		return fmt.Errorf("template owner %q: must match %s: %w", truncate(owner, 80), OwnerPattern, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// StoreName is the name under which the Registry and the layer store keep
+// owner's template name: name itself for a shared template (owner ""),
+// OWNER~NAME otherwise. owner and name must be valid.
+func StoreName(owner, name string) string {
+	if owner == "" {
+		return name
+	}
+	return owner + ownerSep + name
+}
+
+// SplitStoreName is the inverse of StoreName: the owner ("" for a shared
+// template) and the name.
+func SplitStoreName(storeName string) (owner, name string) {
+	if o, n, ok := strings.Cut(storeName, ownerSep); ok {
+		return o, n
+	}
+	return "", storeName
+}
+
+// validateStoreName reports whether s is a valid store name.
+func validateStoreName(s string) error {
+	if !StoreNamePattern.MatchString(s) {
+		return fmt.Errorf("template %q: not a valid template name: %w", truncate(s, 80), errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // Registry is the set of templates the daemon offers. It is safe for
 // concurrent use. Build it in main and pass it to the consumers.
 type Registry struct {
@@ -74,14 +131,14 @@ func NewRegistry(sources ...Source) (*Registry, error) {
 	return r, nil
 }
 
-// Add registers s under s.Name(). A second source with the same name is
-// rejected with ErrAlreadyExists.
+// Add registers s under s.Name(), a store name (see StoreName). A second
+// source with the same name is rejected with ErrAlreadyExists.
 func (r *Registry) Add(s Source) error {
 	if s == nil {
 		return fmt.Errorf("template: nil source: %w", errdefs.ErrInvalidArgument)
 	}
 	name := s.Name()
-	if err := ValidateName(name); err != nil {
+	if err := validateStoreName(name); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -93,7 +150,29 @@ func (r *Registry) Add(s Source) error {
 	return nil
 }
 
-// Get returns the template called name, or an error wrapping ErrNotFound.
+// Lookup resolves name for owner: the owner's template of that name if
+// there is one, else the shared one; ErrNotFound when neither exists, and
+// ErrInvalidArgument for a malformed name. An owner that is "" or not a
+// valid owner sees only the shared templates.
+func (r *Registry) Lookup(owner, name string) (Source, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if owner != "" && ValidateOwner(owner) == nil {
+		if s, ok := r.sources[StoreName(owner, name)]; ok {
+			return s, nil
+		}
+	}
+	if s, ok := r.sources[name]; ok {
+		return s, nil
+	}
+	return nil, fmt.Errorf("template %q: %w", name, errdefs.ErrNotFound)
+}
+
+// Get returns the template whose store name is name (a shared template's
+// name, or OWNER~NAME), or an error wrapping ErrNotFound.
 func (r *Registry) Get(name string) (Source, error) {
 	r.mu.RLock()
 	s, ok := r.sources[name]
@@ -125,7 +204,7 @@ func (r *Registry) Replace(s Source) error {
 		return fmt.Errorf("template: nil source: %w", errdefs.ErrInvalidArgument)
 	}
 	name := s.Name()
-	if err := ValidateName(name); err != nil {
+	if err := validateStoreName(name); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -134,7 +213,8 @@ func (r *Registry) Replace(s Source) error {
 	return nil
 }
 
-// List returns every registered template, sorted by name.
+// List returns every registered template, every owner's included, sorted
+// by store name.
 func (r *Registry) List() []Source {
 	r.mu.RLock()
 	out := make([]Source, 0, len(r.sources))

@@ -51,6 +51,59 @@ func TestRegistry(t *testing.T) {
 	}
 }
 
+func TestRegistryNamespaces(t *testing.T) {
+	r, err := NewRegistry(fakeSource{"py"}, fakeSource{"base"},
+		fakeSource{StoreName("tenant-a", "py")}, fakeSource{StoreName("tenant-b", "own")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := StoreName("tenant-a", "py"); got != "tenant-a~py" {
+		t.Errorf("StoreName = %q", got)
+	}
+	if o, n := SplitStoreName("tenant-a~py"); o != "tenant-a" || n != "py" {
+		t.Errorf("SplitStoreName = %q, %q", o, n)
+	}
+	if o, n := SplitStoreName("py"); o != "" || n != "py" {
+		t.Errorf("SplitStoreName(shared) = %q, %q", o, n)
+	}
+	tests := []struct {
+		owner, name, want string
+	}{
+		{"tenant-a", "py", "tenant-a~py"}, // its own first
+		{"tenant-b", "py", "py"},          // else the shared one
+		{"", "py", "py"},
+		{"tenant-a", "base", "base"},
+		{"tenant-b", "own", "tenant-b~own"},
+		{"bad owner", "py", "py"}, // not an owner: shared only
+	}
+	for _, tt := range tests {
+		s, err := r.Lookup(tt.owner, tt.name)
+		if err != nil || s.Name() != tt.want {
+			t.Errorf("Lookup(%q, %q) = %v, %v; want %s", tt.owner, tt.name, s, err, tt.want)
+		}
+	}
+	// Another owner's template is not found, whatever the owner.
+	for _, owner := range []string{"tenant-a", "", "tenant-b~x"} {
+		if _, err := r.Lookup(owner, "own"); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Lookup(%q, own) = %v, want ErrNotFound", owner, err)
+		}
+	}
+	// A request cannot name a store name.
+	for _, name := range []string{"tenant-b~own", "~own", "tenant-b~"} {
+		if _, err := r.Lookup("tenant-a", name); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("Lookup(tenant-a, %q) = %v, want ErrInvalidArgument", name, err)
+		}
+		if err := ValidateName(name); err == nil {
+			t.Errorf("ValidateName(%q) accepted a store name", name)
+		}
+	}
+	for _, bad := range []string{"a~b~c", "~x", "x~", "a b~x", "x~Upper", strings.Repeat("o", 65) + "~x"} {
+		if err := r.Add(fakeSource{bad}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("Add(%q) = %v, want ErrInvalidArgument", bad, err)
+		}
+	}
+}
+
 func TestDir(t *testing.T) {
 	good := t.TempDir()
 	mustMkdir(t, filepath.Join(good, "etc"), 0o755)

@@ -28,15 +28,17 @@ func (s *Store) CreateTenant(ctx context.Context, t store.Tenant) error {
 	return nil
 }
 
-const tenantCols = "id, name, created_at, max_sandboxes"
+const tenantCols = "id, name, created_at, max_sandboxes, deleted_at"
 
 func scanTenant(sc interface{ Scan(...any) error }) (store.Tenant, error) {
 	var t store.Tenant
 	var created int64
-	if err := sc.Scan(&t.ID, &t.Name, &created, &t.MaxSandboxes); err != nil {
+	var deleted sql.NullInt64
+	if err := sc.Scan(&t.ID, &t.Name, &created, &t.MaxSandboxes, &deleted); err != nil {
 		return store.Tenant{}, err
 	}
 	t.CreatedAt = fromNanos(created)
+	t.DeletedAt = fromNullNanos(deleted)
 	return t, nil
 }
 
@@ -75,11 +77,48 @@ func (s *Store) UpdateTenant(ctx context.Context, t store.Tenant) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
-	res, err := s.w.ExecContext(ctx, "UPDATE tenants SET name = ?, max_sandboxes = ? WHERE id = ?", t.Name, t.MaxSandboxes, t.ID)
+	res, err := s.w.ExecContext(ctx, "UPDATE tenants SET name = ?, max_sandboxes = ? WHERE id = ? AND deleted_at IS NULL",
+		t.Name, t.MaxSandboxes, t.ID)
 	if err != nil {
 		return fmt.Errorf("update tenant %s: %w", t.ID, wrap(err))
 	}
 	return affectedOne(res, "tenant "+t.ID)
+}
+
+// DeleteTenant implements store.TenantStore: the check for active
+// sandboxes, the mark and the revocation of the keys are one
+// transaction on the single writer connection, so no sandbox record or
+// key can be created in between.
+func (s *Store) DeleteTenant(ctx context.Context, id string, at time.Time) error {
+	if at.IsZero() {
+		at = time.Now()
+	}
+	return s.writeTx(ctx, func(tx *sql.Tx) error {
+		var deleted sql.NullInt64
+		err := tx.QueryRowContext(ctx, "SELECT deleted_at FROM tenants WHERE id = ?", id).Scan(&deleted)
+		if err != nil {
+			return fmt.Errorf("tenant %s: %w", store.Clip(id), wrap(err))
+		}
+		if deleted.Valid {
+			return fmt.Errorf("tenant %s: %w", store.Clip(id), errdefs.ErrNotFound)
+		}
+		var active int
+		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM sandboxes WHERE tenant_id = ? AND state != ?",
+			id, store.SandboxStopped).Scan(&active); err != nil {
+			return fmt.Errorf("delete tenant %s: %w", store.Clip(id), wrap(err))
+		}
+		if active > 0 {
+			return fmt.Errorf("tenant %s has %d active sandboxes; delete them first: %w", id, active, errdefs.ErrFailedPrecondition)
+		}
+		if _, err := tx.ExecContext(ctx, "UPDATE tenants SET deleted_at = ? WHERE id = ?", nanos(at), id); err != nil {
+			return fmt.Errorf("delete tenant %s: %w", id, wrap(err))
+		}
+		if _, err := tx.ExecContext(ctx, "UPDATE api_keys SET revoked_at = ? WHERE tenant_id = ? AND revoked_at IS NULL",
+			nanos(at), id); err != nil {
+			return fmt.Errorf("delete tenant %s: revoke keys: %w", id, wrap(err))
+		}
+		return nil
+	})
 }
 
 // affectedOne turns "no row changed" into ErrNotFound.
@@ -99,11 +138,14 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 	if err := k.Validate(); err != nil {
 		return err
 	}
-	_, err := s.w.ExecContext(ctx, `INSERT INTO api_keys
+	// The SELECT inserts nothing for a deleted tenant; a missing one
+	// fails the foreign key.
+	res, err := s.w.ExecContext(ctx, `INSERT INTO api_keys
 		(id, tenant_id, name, hash, scopes, created_at, last_used_at, revoked_at, expires_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?
+		WHERE NOT EXISTS (SELECT 1 FROM tenants WHERE id = ? AND deleted_at IS NOT NULL)`,
 		k.ID, k.TenantID, k.Name, k.Hash, strings.Join(store.NormalizeScopes(k.Scopes), " "),
-		nanos(k.CreatedAt), nullNanos(k.LastUsedAt), nullNanos(k.RevokedAt), nullNanos(k.ExpiresAt))
+		nanos(k.CreatedAt), nullNanos(k.LastUsedAt), nullNanos(k.RevokedAt), nullNanos(k.ExpiresAt), k.TenantID)
 	if err != nil {
 		err = wrap(err)
 		if errors.Is(err, errdefs.ErrNotFound) {
@@ -111,7 +153,7 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 		}
 		return fmt.Errorf("create key %s: %w", k.ID, err)
 	}
-	return nil
+	return affectedOne(res, "create key: tenant "+k.TenantID)
 }
 
 const keyCols = "id, tenant_id, name, hash, scopes, created_at, last_used_at, revoked_at, expires_at"
@@ -124,7 +166,7 @@ func scanKey(sc interface{ Scan(...any) error }) (store.APIKey, error) {
 	if err := sc.Scan(&k.ID, &k.TenantID, &k.Name, &k.Hash, &scopes, &created, &used, &revoked, &expires); err != nil {
 		return store.APIKey{}, err
 	}
-	k.Scopes = strings.Fields(scopes)
+	k.Scopes = store.NormalizeScopes(strings.Fields(scopes))
 	k.CreatedAt = fromNanos(created)
 	k.LastUsedAt = fromNullNanos(used)
 	k.RevokedAt = fromNullNanos(revoked)
@@ -190,6 +232,19 @@ func (s *Store) TouchAPIKey(ctx context.Context, id string, at time.Time) error 
 	res, err := s.w.ExecContext(ctx, "UPDATE api_keys SET last_used_at = ? WHERE id = ?", nanos(at), id)
 	if err != nil {
 		return fmt.Errorf("touch key %s: %w", store.Clip(id), wrap(err))
+	}
+	return affectedOne(res, "key "+store.Clip(id))
+}
+
+// SetAPIKeyScopes implements store.KeyStore.
+func (s *Store) SetAPIKeyScopes(ctx context.Context, id string, scopes []string) error {
+	if err := store.ValidateScopes(scopes); err != nil {
+		return err
+	}
+	res, err := s.w.ExecContext(ctx, "UPDATE api_keys SET scopes = ? WHERE id = ?",
+		strings.Join(store.NormalizeScopes(scopes), " "), id)
+	if err != nil {
+		return fmt.Errorf("set scopes of key %s: %w", store.Clip(id), wrap(err))
 	}
 	return affectedOne(res, "key "+store.Clip(id))
 }

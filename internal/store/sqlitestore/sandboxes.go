@@ -22,9 +22,13 @@ func (s *Store) CreateSandbox(ctx context.Context, sb store.Sandbox) error {
 	meta, _ := store.EncodeMetadata(sb.Metadata) // validated above
 	return s.writeTx(ctx, func(tx *sql.Tx) error {
 		var quota int
-		err := tx.QueryRowContext(ctx, "SELECT max_sandboxes FROM tenants WHERE id = ?", sb.TenantID).Scan(&quota)
+		var deleted sql.NullInt64
+		err := tx.QueryRowContext(ctx, "SELECT max_sandboxes, deleted_at FROM tenants WHERE id = ?", sb.TenantID).Scan(&quota, &deleted)
 		if err != nil {
 			return fmt.Errorf("create sandbox: tenant %s: %w", sb.TenantID, wrap(err))
+		}
+		if deleted.Valid {
+			return fmt.Errorf("create sandbox: tenant %s: %w", sb.TenantID, errdefs.ErrNotFound)
 		}
 		if quota > 0 && sb.State != store.SandboxStopped {
 			var active int

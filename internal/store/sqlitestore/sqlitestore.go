@@ -35,6 +35,14 @@
 // the binary. Open applies the ones a database lacks, each in its own
 // transaction, recording each in the schema_migrations table, and refuses a
 // database whose schema is newer than the binary knows.
+//
+// # File modes
+//
+// The database holds API key hashes and the audit log, so its files are
+// readable by their owner only, whatever the process's umask: Open creates
+// the database file with mode 0600 before SQLite opens it (SQLite gives the
+// -wal and -shm files it creates the database file's mode) and brings an
+// existing database, -wal, -shm or -journal file back to 0600.
 package sqlitestore
 
 import (
@@ -44,9 +52,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"modernc.org/sqlite"
@@ -111,6 +121,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := privateFiles(path); err != nil {
+		return nil, err
 	}
 	syncMode := "NORMAL"
 	if opts.FullSync {
@@ -193,6 +206,61 @@ func (s *Store) checkpointLoop(interval time.Duration) {
 			s.log.Warn("database checkpoint failed", "err", err)
 		}
 	}
+}
+
+// fileMode is the mode of the database and its companion files.
+const fileMode = 0o600
+
+// companions are the suffixes of the files SQLite keeps beside a database.
+var companions = []string{"-wal", "-shm", "-journal"}
+
+// privateFiles creates the database file at path with mode 0600 if it does
+// not exist, and makes it and its existing companion files 0600: SQLite
+// creates the -wal and -shm files with the database file's mode, so a
+// database created by SQLite itself (0644 less the umask) would leave all
+// three readable by every local user.
+func privateFiles(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, fileMode)
+	if err != nil {
+		return fmt.Errorf("open database: %w", fileError(err))
+	}
+	err = f.Chmod(fileMode) // an existing file keeps its mode at open; the umask may have cut a new one's
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("database file mode: %w", fileError(err))
+	}
+	for _, suffix := range companions {
+		p := path + suffix
+		fi, err := os.Lstat(p)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			continue
+		case err != nil:
+			return fmt.Errorf("database file %s: %w", suffix, fileError(err))
+		case !fi.Mode().IsRegular():
+			return fmt.Errorf("database file %s is not a regular file: %w", suffix, errdefs.ErrFailedPrecondition)
+		case fi.Mode().Perm() != fileMode:
+			if err := os.Chmod(p, fileMode); err != nil {
+				return fmt.Errorf("database file %s mode: %w", suffix, fileError(err))
+			}
+		}
+	}
+	return nil
+}
+
+// fileError gives a file system error its errdefs class.
+func fileError(err error) error {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%v: %w", err, errdefs.ErrNotFound)
+	case errors.Is(err, os.ErrPermission):
+		return fmt.Errorf("%v: %w", err, errdefs.ErrPermissionDenied)
+	case errors.Is(err, syscall.ELOOP):
+		return fmt.Errorf("%v (a symbolic link): %w", err, errdefs.ErrFailedPrecondition)
+	}
+	return fmt.Errorf("%v: %w", err, errdefs.ErrInternal)
 }
 
 func cloneValues(v url.Values) url.Values {

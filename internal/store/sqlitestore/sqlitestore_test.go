@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -218,5 +220,135 @@ func TestFilePermissions(t *testing.T) {
 	openT(t, filepath.Join(dir, "a.db"))
 	if _, err := os.Stat(filepath.Join(dir, "a.db-wal")); err != nil {
 		t.Errorf("no WAL file: %v", err)
+	}
+}
+
+// TestFileModes: the database, its WAL and its shared-memory file are
+// readable by their owner only, whatever the umask, and an existing
+// database left readable by everyone is made private on open.
+func TestFileModes(t *testing.T) {
+	ctx := context.Background()
+	for _, umask := range []int{0o022, 0o000} {
+		t.Run(fmt.Sprintf("umask %03o", umask), func(t *testing.T) {
+			old := syscall.Umask(umask)
+			defer syscall.Umask(old)
+			path := filepath.Join(t.TempDir(), "airlock.db")
+			check := func(when string) {
+				t.Helper()
+				for _, p := range []string{path, path + "-wal", path + "-shm"} {
+					fi, err := os.Stat(p)
+					if err != nil {
+						t.Fatalf("%s: %v", when, err)
+					}
+					if fi.Mode().Perm() != 0o600 {
+						t.Errorf("%s: %s has mode %v, want 0600", when, filepath.Base(p), fi.Mode().Perm())
+					}
+				}
+			}
+			s, err := Open(ctx, path, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.CreateTenant(ctx, store.Tenant{ID: "t1", Name: "t1", CreatedAt: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			check("new database")
+			// An installation made before: every file readable by all.
+			s.Close()
+			for _, p := range []string{path, path + "-wal", path + "-shm"} {
+				f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE, 0o644)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.Close()
+				if err := os.Chmod(p, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s = openT(t, path)
+			if _, err := s.GetTenant(ctx, "t1"); err != nil {
+				t.Fatal(err)
+			}
+			check("reopened database")
+		})
+	}
+}
+
+// TestOpenRefusesLinks: the database and its companions must be regular
+// files, not symbolic links that would make Open change another file.
+func TestOpenRefusesLinks(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "elsewhere")
+	if err := os.WriteFile(target, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a.db", "b.db-wal"} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, db := range []string{"a.db", "b.db"} {
+		if _, err := Open(context.Background(), filepath.Join(dir, db), Options{}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+			t.Errorf("open %s with a symbolic link: %v, want failed precondition", db, err)
+		}
+	}
+	if fi, err := os.Stat(target); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Errorf("the link's target was changed: %v, %v", fi.Mode(), err)
+	}
+}
+
+// TestMigrationTenantDeletion upgrades a database of schema version 1:
+// tenants get deleted_at, and keys that could list templates with
+// sandboxes:read get templates:read.
+func TestMigrationTenantDeletion(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "old.db")
+	ms, err := loadMigrations(migrationFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT`,
+		ms[0].sql,
+		`INSERT INTO schema_migrations VALUES (1, '` + ms[0].name + `', 0)`,
+		`INSERT INTO tenants (id, created_at) VALUES ('t', 0)`,
+		`INSERT INTO api_keys (id, tenant_id, hash, scopes, created_at) VALUES
+			('read', 't', 'h', 'exec sandboxes:read', 0),
+			('both', 't', 'h', 'sandboxes:read templates:read', 0),
+			('admin', 't', 'h', 'admin', 0),
+			('write', 't', 'h', 'sandboxes:write', 0)`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+
+	s := openT(t, path)
+	want := map[string]string{
+		"read":  "exec sandboxes:read templates:read",
+		"both":  "sandboxes:read templates:read",
+		"admin": "admin",
+		"write": "sandboxes:write",
+	}
+	for id, w := range want {
+		k, err := s.GetAPIKey(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(k.Scopes, " "); got != w {
+			t.Errorf("key %s scopes %q after the upgrade, want %q", id, got, w)
+		}
+	}
+	tn, err := s.GetTenant(ctx, "t")
+	if err != nil || !tn.DeletedAt.IsZero() {
+		t.Errorf("tenant after the upgrade: %+v, %v", tn, err)
+	}
+	if err := s.DeleteTenant(ctx, "t", time.Now()); err != nil {
+		t.Errorf("delete an upgraded tenant: %v", err)
 	}
 }

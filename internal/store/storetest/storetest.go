@@ -26,6 +26,7 @@ type NewStore func(t *testing.T) store.Store
 func Run(t *testing.T, newStore NewStore) {
 	t.Run("Tenants", func(t *testing.T) { testTenants(t, newStore(t)) })
 	t.Run("Keys", func(t *testing.T) { testKeys(t, newStore(t)) })
+	t.Run("DeleteTenant", func(t *testing.T) { testDeleteTenant(t, newStore(t)) })
 	t.Run("Sandboxes", func(t *testing.T) { testSandboxes(t, newStore(t)) })
 	t.Run("SandboxQuotaConcurrent", func(t *testing.T) { testQuotaConcurrent(t, newStore(t)) })
 	t.Run("Audit", func(t *testing.T) { testAudit(t, newStore(t)) })
@@ -168,6 +169,73 @@ func testKeys(t *testing.T, s store.Store) {
 		t.Errorf("last_used_at = %v", got.LastUsedAt)
 	}
 	wantClass(t, "touch missing", s.TouchAPIKey(ctx, "nope", base), errdefs.ErrNotFound)
+}
+
+func testDeleteTenant(t *testing.T, s store.Store) {
+	defer s.Close()
+	ctx := ctxT(t)
+	must(t, "tenant gone", s.CreateTenant(ctx, store.Tenant{ID: "gone", Name: "Gone", CreatedAt: base}))
+	must(t, "tenant kept", s.CreateTenant(ctx, store.Tenant{ID: "kept", CreatedAt: base}))
+	for _, k := range []store.APIKey{
+		{ID: "g1", TenantID: "gone", Hash: Hash("g1"), Scopes: []string{"admin"}, CreatedAt: base},
+		{ID: "g2", TenantID: "gone", Hash: Hash("g2"), Scopes: []string{"exec"}, CreatedAt: base, RevokedAt: base.Add(time.Second)},
+		{ID: "k1", TenantID: "kept", Hash: Hash("k1"), Scopes: []string{"admin"}, CreatedAt: base},
+	} {
+		must(t, "create key "+k.ID, s.CreateAPIKey(ctx, k))
+	}
+	must(t, "active sandbox", s.CreateSandbox(ctx, sbx("sb-1", "gone", "running", base)))
+	wantClass(t, "delete with an active sandbox", s.DeleteTenant(ctx, "gone", base.Add(time.Hour)), errdefs.ErrFailedPrecondition)
+	if tn, err := s.GetTenant(ctx, "gone"); err != nil || !tn.DeletedAt.IsZero() {
+		t.Fatalf("after a refused delete: %+v, %v", tn, err)
+	}
+	if k, _ := s.GetAPIKey(ctx, "g1"); !k.RevokedAt.IsZero() {
+		t.Fatalf("a refused delete revoked key g1")
+	}
+	must(t, "stop sandbox", s.PutSandbox(ctx, store.Sandbox{ID: "sb-1", TenantID: "gone", Template: "host", State: store.SandboxStopped,
+		CreatedAt: base, StoppedAt: base.Add(time.Minute)}))
+
+	at := base.Add(2 * time.Hour)
+	must(t, "delete", s.DeleteTenant(ctx, "gone", at))
+	tn, err := s.GetTenant(ctx, "gone")
+	must(t, "get deleted", err)
+	if !tn.DeletedAt.Equal(at) || tn.Name != "Gone" {
+		t.Errorf("deleted tenant = %+v, want DeletedAt %v", tn, at)
+	}
+	if k, _ := s.GetAPIKey(ctx, "g1"); !k.RevokedAt.Equal(at) {
+		t.Errorf("key g1 revoked at %v, want %v", k.RevokedAt, at)
+	}
+	if k, _ := s.GetAPIKey(ctx, "g2"); !k.RevokedAt.Equal(base.Add(time.Second)) {
+		t.Errorf("key g2 revoked at %v, want its first revocation kept", k.RevokedAt)
+	}
+	if k, _ := s.GetAPIKey(ctx, "k1"); !k.RevokedAt.IsZero() {
+		t.Errorf("deleting a tenant revoked another tenant's key")
+	}
+	list, err := s.ListTenants(ctx)
+	must(t, "list", err)
+	if len(list) != 2 || list[0].ID != "gone" || list[0].DeletedAt.IsZero() || !list[1].DeletedAt.IsZero() {
+		t.Errorf("list = %+v, want the deleted tenant marked", list)
+	}
+
+	// Nothing more happens in a deleted tenant, and its ID is not reused.
+	wantClass(t, "delete again", s.DeleteTenant(ctx, "gone", at), errdefs.ErrNotFound)
+	wantClass(t, "delete missing", s.DeleteTenant(ctx, "nope", at), errdefs.ErrNotFound)
+	wantClass(t, "key in deleted tenant", s.CreateAPIKey(ctx, store.APIKey{ID: "g3", TenantID: "gone", Hash: Hash("g3"),
+		Scopes: []string{"admin"}, CreatedAt: at}), errdefs.ErrNotFound)
+	if _, err := s.GetAPIKey(ctx, "g3"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a key was stored in a deleted tenant: %v", err)
+	}
+	wantClass(t, "sandbox in deleted tenant", s.CreateSandbox(ctx, sbx("sb-2", "gone", "running", at)), errdefs.ErrNotFound)
+	wantClass(t, "update deleted", s.UpdateTenant(ctx, store.Tenant{ID: "gone", Name: "again"}), errdefs.ErrNotFound)
+	wantClass(t, "recreate", s.CreateTenant(ctx, store.Tenant{ID: "gone", CreatedAt: at}), errdefs.ErrAlreadyExists)
+
+	// Scopes of an existing key can be replaced (the operator bootstrap).
+	must(t, "set scopes", s.SetAPIKeyScopes(ctx, "k1", []string{"operator", "admin", "operator"}))
+	if k, _ := s.GetAPIKey(ctx, "k1"); !slices.Equal(k.Scopes, []string{"admin", "operator"}) {
+		t.Errorf("scopes after SetAPIKeyScopes = %v", k.Scopes)
+	}
+	wantClass(t, "set scopes of missing key", s.SetAPIKeyScopes(ctx, "nope", []string{"admin"}), errdefs.ErrNotFound)
+	wantClass(t, "set no scopes", s.SetAPIKeyScopes(ctx, "k1", nil), errdefs.ErrInvalidArgument)
+	wantClass(t, "set a malformed scope", s.SetAPIKeyScopes(ctx, "k1", []string{"a b"}), errdefs.ErrInvalidArgument)
 }
 
 func sbx(id, tenant, state string, at time.Time) store.Sandbox {

@@ -71,12 +71,17 @@ func (j *job) resolveBase(ctx context.Context) (string, error) {
 	default:
 		return "", fmt.Errorf("airfile line %d: unknown base: %w", line, errdefs.ErrInvalidArgument)
 	}
-	return id + "\nsetid:" + j.setidPolicy(), nil
+	id += "\nsetid:" + j.setidPolicy()
+	if j.req.Owner != "" {
+		// Each owner's steps are cached apart from everyone else's.
+		id += "\nowner:" + j.req.Owner
+	}
+	return id, nil
 }
 
 // templateBase starts the build from a stored template.
 func (j *job) templateBase(name string, line int) (layers.Manifest, error) {
-	src, err := j.b.cfg.Templates.Get(name)
+	src, err := j.b.cfg.Templates.Lookup(j.req.Owner, name)
 	if err != nil {
 		return layers.Manifest{}, fmt.Errorf("airfile line %d: FROM template:%s: %w", line, name, err)
 	}

@@ -113,6 +113,14 @@ type Config struct {
 type Request struct {
 	// Name is the template to create or replace.
 	Name string
+	// Owner is the namespace the template is built in: "" for a shared
+	// template, else its owner (a tenant ID; see template.StoreName). The
+	// template is stored as template.StoreName(Owner, Name); a FROM
+	// template: base resolves as a sandbox's template does (the owner's
+	// own, else the shared one; never another owner's); and the step
+	// cache is the namespace's own, so that no build reuses, or learns of,
+	// a layer another namespace's build made.
+	Owner string
 	// Airfile is the build recipe (at most airfile.MaxFileBytes).
 	Airfile []byte
 	// Limits are the template's default resource limits; fields left
@@ -262,6 +270,12 @@ func (b *Builder) Build(ctx context.Context, req Request, events func(Event)) (l
 	if err := template.ValidateName(req.Name); err != nil {
 		return layers.Manifest{}, err
 	}
+	if req.Owner != "" {
+		if err := template.ValidateOwner(req.Owner); err != nil {
+			return layers.Manifest{}, err
+		}
+	}
+	name := template.StoreName(req.Owner, req.Name)
 	if len(req.Airfile) == 0 {
 		return layers.Manifest{}, fmt.Errorf("airfile is empty: %w", errdefs.ErrInvalidArgument)
 	}
@@ -278,7 +292,7 @@ func (b *Builder) Build(ctx context.Context, req Request, events func(Event)) (l
 	if err != nil {
 		return layers.Manifest{}, err
 	}
-	if src, err := b.cfg.Templates.Get(req.Name); err == nil {
+	if src, err := b.cfg.Templates.Get(req.Name); err == nil { // no namespace may shadow a built-in
 		if _, ok := src.(*template.Stored); !ok {
 			return layers.Manifest{}, fmt.Errorf("template %q is built in and cannot be replaced by a build: %w", req.Name, errdefs.ErrAlreadyExists)
 		}
@@ -290,7 +304,7 @@ func (b *Builder) Build(ctx context.Context, req Request, events func(Event)) (l
 		}
 	}
 
-	unlock, err := b.lockName(ctx, req.Name)
+	unlock, err := b.lockName(ctx, name)
 	if err != nil {
 		return layers.Manifest{}, err
 	}
@@ -312,10 +326,10 @@ func (b *Builder) Build(ctx context.Context, req Request, events func(Event)) (l
 		b.log.Warn("build cache: not saved", "err", err)
 	}
 	if err != nil {
-		b.log.Info("template build failed", "template", req.Name, "took", time.Since(start).Round(time.Millisecond), "err", err)
+		b.log.Info("template build failed", "template", name, "took", time.Since(start).Round(time.Millisecond), "err", err)
 		return layers.Manifest{}, err
 	}
-	b.log.Info("template built", "template", req.Name, "layers", len(m.Layers), "took", time.Since(start).Round(time.Millisecond))
+	b.log.Info("template built", "template", name, "layers", len(m.Layers), "took", time.Since(start).Round(time.Millisecond))
 	em.emit(Event{Type: EventDone, Step: len(file.Steps), Template: &m})
 	return m, nil
 }

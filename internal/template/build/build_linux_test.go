@@ -513,3 +513,70 @@ func TestBuildConcurrentCopies(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildOwners: a tenant's build is stored under its store name, sees
+// its own and the shared templates as bases but never another tenant's,
+// and never reuses a step another namespace's build cached (a RUN that
+// made a secret would hand it over).
+func TestBuildOwners(t *testing.T) {
+	requireSandboxes(t)
+	e := withBase(t)
+	nonce := fmt.Sprint(time.Now().UnixNano())
+	af := "FROM template:base\nRUN head -c 16 /dev/urandom | od -An -tx1 > /opt/secret-" + nonce + "\n"
+
+	a, events := e.mustBuild(t, Request{Name: "owned", Owner: "tenant-a", Airfile: []byte(af)})
+	if got, want := eventTypes(events), []string{"1:cached", "2:step", "2:done"}; !slices.Equal(got, want) {
+		t.Errorf("tenant A's build: events %v, want %v", got, want)
+	}
+	if a.Name != "tenant-a~owned" {
+		t.Errorf("stored as %q, want tenant-a~owned", a.Name)
+	}
+	if _, err := e.reg.Get("tenant-a~owned"); err != nil {
+		t.Errorf("not registered under its store name: %v", err)
+	}
+	if _, err := e.reg.Get("owned"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a tenant's build is registered as a shared template: %v", err)
+	}
+
+	// The same recipe in tenant B, and as a shared template: each runs
+	// its step and gets a layer of its own.
+	for _, owner := range []string{"tenant-b", ""} {
+		m, events := e.mustBuild(t, Request{Name: "owned", Owner: owner, Airfile: []byte(af)})
+		if got, want := eventTypes(events), []string{"1:cached", "2:step", "2:done"}; !slices.Equal(got, want) {
+			t.Errorf("owner %q: events %v, want the RUN step run again", owner, got)
+		}
+		if last := m.Layers[len(m.Layers)-1]; last == a.Layers[len(a.Layers)-1] {
+			t.Errorf("owner %q got tenant A's RUN layer", owner)
+		}
+	}
+	// Tenant A's own cache still serves tenant A.
+	_, events = e.mustBuild(t, Request{Name: "owned", Owner: "tenant-a", Airfile: []byte(af)})
+	if got, want := eventTypes(events), []string{"1:cached", "2:cached", "2:done"}; !slices.Equal(got, want) {
+		t.Errorf("tenant A's rebuild: events %v, want %v", got, want)
+	}
+
+	// FROM template: resolves in the build's namespace, then the shared one.
+	_, err := e.b.Build(context.Background(), Request{Name: "child", Owner: "tenant-c",
+		Airfile: []byte("FROM template:owned\nENV X=1\n")}, nil)
+	if err != nil {
+		t.Fatalf("tenant C from the shared template: %v", err)
+	}
+	if _, err := e.b.Build(context.Background(), Request{Name: "child", Owner: "tenant-c",
+		Airfile: []byte("FROM template:child-of-nobody\nENV X=1\n")}, nil); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("missing base: %v", err)
+	}
+	if err := e.reg.Remove("owned"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Remove(context.Background(), "owned"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.b.Build(context.Background(), Request{Name: "child2", Owner: "tenant-c",
+		Airfile: []byte("FROM template:owned\nENV X=1\n")}, nil); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("tenant C from tenant A's template: %v, want not found", err)
+	}
+	if _, err := e.b.Build(context.Background(), Request{Name: "x", Owner: "bad owner", Airfile: []byte(af)}, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("malformed owner: %v", err)
+	}
+	e.noBuildSandboxes(t)
+}

@@ -139,7 +139,7 @@ func (j *job) save(ctx context.Context) (layers.Manifest, error) {
 	}
 	j.cfg.Limits = j.req.Limits.Over(j.cfg.Limits)
 	m := layers.Manifest{
-		Name:   j.req.Name,
+		Name:   j.storeName(),
 		Layers: slices.Clone(j.layers),
 		Config: j.cfg,
 		Source: Source,
@@ -148,7 +148,7 @@ func (j *job) save(ctx context.Context) (layers.Manifest, error) {
 	if err != nil {
 		return layers.Manifest{}, err
 	}
-	src, err := template.NewStored(j.b.cfg.Store, j.req.Name)
+	src, err := template.NewStored(j.b.cfg.Store, j.storeName())
 	if err == nil {
 		err = j.b.cfg.Templates.Replace(src)
 	}
@@ -157,6 +157,9 @@ func (j *job) save(ctx context.Context) (layers.Manifest, error) {
 	}
 	return saved, nil
 }
+
+// storeName is the name the template is stored and registered under.
+func (j *job) storeName() string { return template.StoreName(j.req.Owner, j.req.Name) }
 
 // applyConfig applies an ENV, USER or WORKDIR step to the config.
 func (j *job) applyConfig(s airfile.Step) error {

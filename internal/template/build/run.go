@@ -110,13 +110,13 @@ func (j *job) runStep(ctx context.Context, n int, s airfile.Step) (string, error
 		Build:    true,
 		Env:      j.cfg.EnvMap(),
 		Hostname: "build",
-		Labels:   map[string]string{LabelBuild: j.req.Name},
+		Labels:   map[string]string{LabelBuild: j.storeName()},
 	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return "", ctxErr(ctx, where)
 		}
-		j.b.log.Warn("template build: creating the build sandbox", "template", j.req.Name, "err", err)
+		j.b.log.Warn("template build: creating the build sandbox", "template", j.storeName(), "err", err)
 		return "", fmt.Errorf("%s: starting the build sandbox: %w", where, publicErr(err))
 	}
 	defer func() {

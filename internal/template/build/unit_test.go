@@ -303,3 +303,35 @@ func FuzzFilterChanges(f *testing.F) {
 		}
 	})
 }
+
+// TestCacheKeysPerOwner: the step cache keys of one recipe differ between
+// namespaces, so no build reuses a step another namespace's build made;
+// shared builds keep the keys they had before namespaces existed.
+func TestCacheKeysPerOwner(t *testing.T) {
+	f, err := airfile.Parse(strings.NewReader("DEBIAN bookworm\nRUN echo hi\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &Builder{cfg: Config{StepTimeout: time.Minute}}
+	keys := map[string]string{}
+	for _, owner := range []string{"", "tenant-a", "tenant-b"} {
+		j := &job{b: b, req: Request{Name: "x", Owner: owner}, file: f}
+		id, err := j.resolveBase(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ks, err := f.CacheKeys(t.Context(), "", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for o, k := range keys {
+			if k == ks[1] {
+				t.Errorf("owners %q and %q share the RUN step's cache key", o, owner)
+			}
+		}
+		keys[owner] = ks[1]
+		if owner == "" && strings.Contains(id, "owner:") {
+			t.Errorf("a shared build's base id names an owner: %q", id)
+		}
+	}
+}

@@ -17,10 +17,13 @@ import (
 // root filesystem can take (see runtime.MaxLayers).
 const MaxLayers = runtime.MaxLayers
 
-// namePattern is the template name syntax; it must equal
-// template.NamePattern (the template package checks this in a test). A name
-// is used as a file name, so it can hold no "/" and cannot start with ".".
-var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+// namePattern is the syntax of the names the store keeps templates under:
+// a template name, optionally after its owner and "~" (a tenant's
+// template; see template.StoreName). It must equal
+// template.StoreNamePattern (the template package checks this in a test).
+// A name is used as a file name, so it can hold no "/" and cannot start
+// with ".".
+var namePattern = regexp.MustCompile(`^(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,63}~)?[a-z0-9][a-z0-9._-]{0,62}$`)
 
 // NamePattern is the syntax of template names in the store.
 func NamePattern() string { return namePattern.String() }
