@@ -80,6 +80,15 @@ type ExecCgroups interface {
 	New(name string) (ExecCgroup, error)
 }
 
+// MemoryRoomer is an optional ability of the ExecCgroups in Options.Cgroups:
+// how many more bytes the whole sandbox may be charged before it reaches
+// its memory cap (known is false when it has none). The file service
+// checks it before every chunk it writes, because the kernel charges the
+// pages of the files it writes to the agent, not to sandboxed code.
+type MemoryRoomer interface {
+	MemoryRoom() (room int64, known bool, err error)
+}
+
 // ExecCgroup is the cgroup of one process tree.
 type ExecCgroup interface {
 	// Start calls start so that the process it forks begins life inside the

@@ -49,6 +49,12 @@ const (
 	fsKeepalive = 15 * time.Second
 	// fsMaxWatches caps the directories one Watch observes.
 	fsMaxWatches = 1000
+	// fsMemoryReserve is the memory a file write leaves free below the
+	// sandbox's memory cap (see MemoryRoomer), for the agent's own work
+	// and whatever sandboxed code allocates meanwhile: at the cap itself
+	// the kernel would OOM-kill a process of the sandbox, maybe the
+	// agent.
+	fsMemoryReserve = 64 << 20
 )
 
 var _ agentv1connect.FileServiceHandler = (*fileService)(nil)
@@ -62,7 +68,8 @@ type fileService struct {
 	keepalive   time.Duration
 	maxWatches  int
 	maxList     int
-	changes     *os.File // writable layer for ExportChanges; nil without one
+	changes     *os.File     // writable layer for ExportChanges; nil without one
+	memRoom     MemoryRoomer // the sandbox's memory headroom; nil when unknown
 
 	mu      sync.Mutex
 	watches map[*fsWatcher]struct{} // active Watch streams
@@ -75,7 +82,9 @@ func newFileService(a *Agent) (*fileService, error) {
 	if err != nil {
 		return nil, err
 	}
+	memRoom, _ := a.opts.Cgroups.(MemoryRoomer)
 	return &fileService{
+		memRoom:     memRoom,
 		res:         res,
 		users:       a.opts.Users,
 		defaultUser: a.opts.DefaultUser,

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"path"
 
@@ -257,7 +258,7 @@ func (s *fileService) writeReplace(ctx context.Context, stream *connect.ClientSt
 			return 0, fsErr("write", t.path, err)
 		}
 	}
-	n, err := fsCopyStream(ctx, fd, first, stream, t.path)
+	n, err := s.copyStream(ctx, fd, first, stream, t.path)
 	if err != nil {
 		return n, err
 	}
@@ -284,7 +285,7 @@ func (s *fileService) writeAppend(ctx context.Context, stream *connect.ClientStr
 	if err != nil {
 		return 0, err
 	}
-	n, err := fsCopyStream(ctx, fd, first, stream, t.path)
+	n, err := s.copyStream(ctx, fd, first, stream, t.path)
 	if cerr := unix.Close(fd); err == nil && cerr != nil {
 		err = fsErr("write", t.path, cerr)
 	}
@@ -336,13 +337,19 @@ func (s *fileService) initNewFile(fd int, h fsWriteHeader) error {
 	return unix.Fchmod(fd, mode)
 }
 
-// fsCopyStream writes first and then the data of every further message
-// to fd. It fails if the stream ends with an error (a cancelled or broken
-// upload).
-func fsCopyStream(ctx context.Context, fd int, first []byte, stream *connect.ClientStream[agentv1.WriteRequest], p string) (uint64, error) {
+// copyStream writes first and then the data of every further message to
+// fd. It fails if the stream ends with an error (a cancelled or broken
+// upload), and, before a chunk that would not fit below the sandbox's
+// memory cap less fsMemoryReserve, with an error of class
+// ErrResourceExhausted: the sandbox's files live in memory, and the
+// kernel charges what the agent writes to the agent.
+func (s *fileService) copyStream(ctx context.Context, fd int, first []byte, stream *connect.ClientStream[agentv1.WriteRequest], p string) (uint64, error) {
 	var total uint64
 	data := first
 	for {
+		if err := s.checkMemory(len(data), p); err != nil {
+			return total, err
+		}
 		for len(data) > 0 {
 			n, err := unix.Write(fd, data)
 			if err == unix.EINTR {
@@ -366,4 +373,20 @@ func fsCopyStream(ctx context.Context, fd int, first []byte, stream *connect.Cli
 		return total, err
 	}
 	return total, nil
+}
+
+// checkMemory fails when n more bytes would not fit below the sandbox's
+// memory cap less fsMemoryReserve.
+func (s *fileService) checkMemory(n int, p string) error {
+	if s.memRoom == nil || n == 0 {
+		return nil
+	}
+	room, known, err := s.memRoom.MemoryRoom()
+	if err != nil {
+		return &fsError{op: "write", path: p, err: errors.New("cannot read the sandbox's memory use"), class: errdefs.ErrInternal}
+	}
+	if known && room-fsMemoryReserve < int64(n) {
+		return &fsError{op: "write", path: p, err: errors.New("the sandbox's memory limit is reached (its files are held in memory)"), class: errdefs.ErrResourceExhausted}
+	}
+	return nil
 }

@@ -7,13 +7,24 @@
 // manages (v1: one hierarchy per mounted controller, "cpu,cpuacct" counting
 // once when co-mounted; v2: the unified hierarchy):
 //
-//	<parent>/<id>/              whole-sandbox caps: pids.max (total), CPU quota, freezer
-//	<parent>/<id>/agent/        the agent, PID 1 of the sandbox, with its own modest caps
+//	<parent>/<id>/              whole-sandbox caps: memory (work's + the agent's
+//	                            allowance, no swap), pids (likewise), CPU quota, freezer
+//	<parent>/<id>/agent/        the agent, PID 1 of the sandbox; no caps of its own
 //	<parent>/<id>/work/         memory (and swap = none) and pids limits of sandboxed code
 //	<parent>/<id>/work/<name>/  one per process tree, made by the agent itself
 //
 // The kernel OOM killer stays on: when sandboxed code exceeds the work limit
-// it kills inside work/, never the agent, which is a sibling.
+// it kills inside work/, never the agent, which is a sibling. Whatever a
+// sandbox's memory is charged to (on v1 and v2 the kernel charges the pages
+// a process writes into a tmpfs to that process's memory cgroup, so the
+// files the agent writes for the file API are charged to agent/), <id>
+// caps the sum; the agent checks Delegated.MemoryRoom before writing, so
+// that an upload fails cleanly before the kernel would have to OOM-kill.
+//
+// Killing and removing a sandbox never gives up on a deep or wide tree: the
+// agent owns work/ and may nest cgroups below it without limit on v1, so
+// walks hold a bounded number of descriptors whatever the depth and go on
+// past errors, killing what they found.
 //
 // # Two sides
 //
@@ -94,13 +105,34 @@ type Limits struct {
 	CPUs float64
 	// Pids caps the tasks (processes and threads) of sandboxed code.
 	Pids int64
-	// AgentMemoryBytes caps the memory of the agent (<id>/agent), so that a
-	// faulty agent cannot exhaust the host. 256 MiB is plenty.
+	// AgentMemoryBytes is the agent's allowance: with MemoryBytes set, the
+	// whole sandbox (<id>) is capped at MemoryBytes+AgentMemoryBytes, no
+	// swap, so that nothing of the sandbox exceeds that sum whatever
+	// cgroup it is charged to (the files the agent writes for the file
+	// API are charged to agent/). agent/ gets no cap of its own: at such
+	// a cap the kernel would OOM-kill the agent, the only process there.
 	AgentMemoryBytes int64
-	// AgentPids caps the tasks of the agent. The whole sandbox is capped at
-	// Pids+AgentPids when both are set, so a fork bomb in work/ never takes
-	// the agent's threads.
+	// AgentPids is the agent's allowance of tasks: with Pids set, the whole
+	// sandbox is capped at Pids+AgentPids, so a fork bomb in work/ never
+	// takes the agent's threads. agent/ gets no cap of its own: the Go
+	// runtime dies when it cannot make a thread.
 	AgentPids int64
+}
+
+// totalMemory is the memory cap of the whole sandbox, 0 for none.
+func (l Limits) totalMemory() int64 {
+	if l.MemoryBytes > 0 && l.AgentMemoryBytes > 0 {
+		return l.MemoryBytes + l.AgentMemoryBytes
+	}
+	return 0
+}
+
+// totalPids is the pids cap of the whole sandbox, 0 for none.
+func (l Limits) totalPids() int64 {
+	if l.Pids > 0 && l.AgentPids > 0 {
+		return l.Pids + l.AgentPids
+	}
+	return 0
 }
 
 // Bounds on limits: below the minimums the kernel misbehaves or nothing

@@ -55,14 +55,16 @@ func TestCreateLimits(t *testing.T) {
 				{"cpu", "", "cpu.cfs_quota_us", "150000"},
 				{"memory", "work", "memory.limit_in_bytes", "67108864"},
 				{"pids", "work", "pids.max", "100"},
-				{"memory", "agent", "memory.limit_in_bytes", "268435456"},
-				{"pids", "agent", "pids.max", "50"},
-				{"memory", "", "memory.limit_in_bytes", "9223372036854771712"}, // no total: work + agent
+				// The agent's allowances apply to the whole sandbox, not
+				// to agent/ alone (where a cap would kill the agent).
+				{"memory", "agent", "memory.limit_in_bytes", "9223372036854771712"},
+				{"pids", "agent", "pids.max", "max"},
+				{"memory", "", "memory.limit_in_bytes", "335544320"}, // work + agent
 			}
 			if !m.noSwap {
 				wants = append(wants,
 					want{"memory", "work", "memory.memsw.limit_in_bytes", "67108864"},
-					want{"memory", "agent", "memory.memsw.limit_in_bytes", "268435456"})
+					want{"memory", "", "memory.memsw.limit_in_bytes", "335544320"})
 			}
 		}
 		for _, w := range wants {
@@ -235,7 +237,7 @@ func TestEnterMoveDelegate(t *testing.T) {
 		if len(files) != 2*len(m.l.hiers) {
 			t.Errorf("ExtraFiles gave %d files", len(files))
 		}
-		if _, _, err := parseSpec(spec); err != nil {
+		if _, _, _, err := parseSpec(spec); err != nil {
 			t.Errorf("ExtraFiles spec %q: %v", spec, err)
 		}
 		// In-process NewDelegated checks its input.

@@ -28,6 +28,9 @@ type Delegated struct {
 	tab  *table
 	work *group // <id>/work
 	home *group // <id>/agent: where the forking thread returns to (v1)
+	// budget is the memory cap of the whole sandbox (<id>), 0 when
+	// unknown (see MemoryRoom).
+	budget int64
 
 	// mu guards live and closed, and keeps work and home open: Start holds
 	// it shared while it uses home, Close exclusively.
@@ -90,7 +93,7 @@ func NewDelegated(v Version, work, home map[string]*os.File) (*Delegated, error)
 // descriptors and marks them close-on-exec so that they never leak into
 // sandboxed processes; on error it closes them.
 func OpenSpec(spec string) (*Delegated, error) {
-	v, es, err := parseSpec(spec)
+	v, es, budget, err := parseSpec(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -99,6 +102,9 @@ func OpenSpec(spec string) (*Delegated, error) {
 		unix.CloseOnExec(e.home)
 	}
 	d, err := newDelegated(v, es)
+	if err == nil {
+		d.budget = budget
+	}
 	if err != nil {
 		for _, e := range es {
 			unix.Close(e.work)
@@ -154,6 +160,36 @@ func (d *Delegated) Close() error {
 		d.home.close()
 	}
 	return nil
+}
+
+// MemoryRoom reports how many more bytes the whole sandbox may be charged
+// before it reaches its memory cap: the cap of <id> less what <id>/agent
+// and <id>/work use now. known is false when the cap is unknown (the spec
+// carried none) or there is no memory controller. The agent checks it
+// before each chunk of a file write, whose pages the kernel charges to the
+// agent, so that an upload stops with a clear error before the cap, where
+// the kernel would OOM-kill a process of the sandbox (maybe the agent).
+func (d *Delegated) MemoryRoom() (room int64, known bool, err error) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.closed {
+		return 0, false, fmt.Errorf("cgroups: delegation closed: %w", errdefs.ErrFailedPrecondition)
+	}
+	if d.budget <= 0 {
+		return 0, false, nil
+	}
+	if _, ok := d.work.dir(ctrlMemory); !ok {
+		return 0, false, nil
+	}
+	used := int64(0)
+	for _, g := range []*group{d.home, d.work} {
+		n, err := g.readUint(d.tab.memCurrent, "")
+		if err != nil {
+			return 0, false, err
+		}
+		used += int64(min(n, 1<<62))
+	}
+	return d.budget - used, true, nil
 }
 
 // New creates the exec cgroup work/<name> in every hierarchy. name must be

@@ -25,8 +25,7 @@ import (
 
 const (
 	maxFileBytes = 4 << 20 // largest interface file we read (cgroup.procs of a big tree)
-	maxTreeDepth = 32      // deepest cgroup subtree we walk
-	maxTreeNodes = 4096    // most cgroups in a subtree we walk
+	dirBatch     = 1024    // directory entries read per getdents round
 	// defaultWait bounds a wait whose context has no deadline.
 	defaultWait = 30 * time.Second
 )
@@ -179,7 +178,9 @@ func writeAt(dirfd int, name, val string) error {
 	return nil
 }
 
-// subdirs lists the child cgroups of the cgroup dirfd.
+// subdirs lists the child cgroups of the cgroup dirfd, however many there
+// are: a walk that gave up on a wide directory would leave processes
+// unkilled.
 func subdirs(dirfd int) ([]string, error) {
 	fd, err := openDirAt(dirfd, ".")
 	if err != nil {
@@ -187,24 +188,25 @@ func subdirs(dirfd int) ([]string, error) {
 	}
 	f := os.NewFile(uintptr(fd), "cgroup")
 	defer f.Close()
-	ents, err := f.ReadDir(maxTreeNodes + 1)
-	if err != nil && err != io.EOF {
-		var errno unix.Errno
-		if errors.As(err, &errno) {
-			return nil, errno
-		}
-		return nil, unix.EIO
-	}
-	if len(ents) > maxTreeNodes {
-		return nil, unix.E2BIG
-	}
 	var names []string
-	for _, e := range ents {
-		if e.IsDir() {
-			names = append(names, e.Name())
+	for {
+		ents, err := f.ReadDir(dirBatch)
+		for _, e := range ents {
+			if e.IsDir() {
+				names = append(names, e.Name())
+			}
+		}
+		if err == io.EOF || (err == nil && len(ents) == 0) {
+			return names, nil
+		}
+		if err != nil {
+			var errno unix.Errno
+			if errors.As(err, &errno) {
+				return names, errno
+			}
+			return names, unix.EIO
 		}
 	}
-	return names, nil
 }
 
 // dirFD is one cgroup directory in one hierarchy.
@@ -323,41 +325,92 @@ func (g *group) mkdir(name string) error {
 	return nil
 }
 
-// walk calls fn for the cgroup dirfd and every cgroup below it, parents
-// first.
-func walk(dirfd int, depth int, budget *int, fn func(fd int) error) error {
-	if err := fn(dirfd); err != nil {
-		return err
-	}
-	*budget--
-	if *budget < 0 || depth >= maxTreeDepth {
-		return unix.E2BIG
-	}
-	names, err := subdirs(dirfd)
-	if err != nil {
-		return err
-	}
-	for _, n := range names {
-		fd, err := openDirAt(dirfd, n)
-		if err == unix.ENOENT {
-			continue // removed meanwhile
-		}
-		if err != nil {
-			return err
-		}
-		err = walk(fd, depth+1, budget, fn)
-		unix.Close(fd)
-		if err != nil {
-			return err
+// walk calls fn for the cgroup rootfd and every cgroup below it, parents
+// first, whatever the depth and width of the tree: it holds at most two
+// descriptors besides rootfd (it climbs back up through ".."), and it goes
+// on past errors, of fn or of the walk itself, so that every cgroup it can
+// reach is visited. It returns the first error. A cgroup removed meanwhile
+// is skipped.
+//
+// Depth is no defence for a tree the sandbox built: on v1 anyone who owns
+// a directory (the agent owns work/) may nest cgroups without limit, and a
+// walk that stopped at some depth would leave the processes below it
+// unkilled and the tree unremovable.
+func walk(rootfd int, fn func(fd int) error) error {
+	var first error
+	note := func(err error) {
+		if err != nil && first == nil {
+			first = err
 		}
 	}
-	return nil
+	note(fn(rootfd))
+	kids, err := subdirs(rootfd)
+	note(err)
+	type frame struct {
+		kids []string
+		next int
+	}
+	stack := []frame{{kids: kids}}
+	cur := rootfd
+	defer func() {
+		if cur != rootfd {
+			unix.Close(cur)
+		}
+	}()
+	for len(stack) > 0 {
+		top := &stack[len(stack)-1]
+		if top.next < len(top.kids) {
+			name := top.kids[top.next]
+			top.next++
+			fd, err := openDirAt(cur, name)
+			if err == unix.ENOENT {
+				continue // removed meanwhile
+			}
+			if err != nil {
+				note(err)
+				continue
+			}
+			note(fn(fd))
+			kids, err := subdirs(fd)
+			if err != unix.ENOENT && err != unix.ENODEV {
+				note(err)
+			}
+			if len(kids) == 0 {
+				unix.Close(fd)
+				continue
+			}
+			if cur != rootfd {
+				unix.Close(cur)
+			}
+			cur = fd
+			stack = append(stack, frame{kids: kids})
+			continue
+		}
+		stack = stack[:len(stack)-1]
+		switch {
+		case len(stack) == 0:
+		case len(stack) == 1:
+			unix.Close(cur)
+			cur = rootfd
+		default:
+			// Back up one level. Cgroups are renamed only within their
+			// parent, so ".." is the directory we came from.
+			up, err := openDirAt(cur, "..")
+			unix.Close(cur)
+			cur = rootfd
+			if err != nil {
+				note(err)
+				return first // lost our place; what was reached was visited
+			}
+			cur = up
+		}
+	}
+	return first
 }
 
 // walkTree walks the subtree of g in the hierarchy of d.
 func (g *group) walkTree(d dirFD, fn func(fd int) error) error {
-	budget := maxTreeNodes
-	err := walk(d.fd, 0, &budget, fn)
+	err := walk(d.fd, fn)
 	var errno unix.Errno
 	if errors.As(err, &errno) {
 		return sysErr("walk", d.h.name+":"+g.rel, errno)
@@ -366,9 +419,11 @@ func (g *group) walkTree(d dirFD, fn func(fd int) error) error {
 }
 
 // treeProcs returns the processes in g and below, in every hierarchy,
-// sorted and without repeats.
+// sorted and without repeats. On an error it still returns every process
+// it found, so that a kill can go ahead with them.
 func (g *group) treeProcs() ([]int, error) {
 	var all []int
+	var errs []error
 	for _, d := range g.dirs {
 		err := g.walkTree(d, func(fd int) error {
 			b, err := readAt(fd, g.tab.procs.name)
@@ -383,17 +438,15 @@ func (g *group) treeProcs() ([]int, error) {
 				return err
 			}
 			if len(all)+len(pids) > maxProcs {
-				return unix.E2BIG
+				return fmt.Errorf("cgroups: more than %d processes in %s: %w", maxProcs, g.rel, errdefs.ErrResourceExhausted)
 			}
 			all = append(all, pids...)
 			return nil
 		})
-		if err != nil {
-			return nil, err
-		}
+		errs = append(errs, err)
 	}
 	slices.Sort(all)
-	return slices.Compact(all), nil
+	return slices.Compact(all), errors.Join(errs...)
 }
 
 // empty reports whether no process is left in g or below.
@@ -407,7 +460,7 @@ func (g *group) empty() (bool, error) {
 		return n == 0, err
 	}
 	pids, err := g.treeProcs()
-	return len(pids) == 0, err
+	return len(pids) == 0 && err == nil, err
 }
 
 // setFrozen writes the freezer state of g (which applies to its subtree).
@@ -438,8 +491,10 @@ func (g *group) frozen() (bool, error) {
 
 // thawTree thaws g and every cgroup below it. A cgroup is frozen while it
 // or any ancestor is, so thawing g alone would leave killed processes in a
-// descendant frozen by its own state (say, by an agent that died halfway
-// through a kill) unable to die.
+// descendant frozen by its own state (by the sandbox's root, which owns
+// the cgroups it makes under work/, or by an agent that died halfway
+// through a kill) unable to die. Parents are thawed before their children,
+// and an error does not stop the walk.
 func (g *group) thawTree() error {
 	d, ok := g.dir(g.tab.freeze.ctrl)
 	if !ok {
@@ -487,8 +542,11 @@ func (g *group) thaw(ctx context.Context) error {
 // kill kills every process in g and below and waits until none is left or
 // ctx is done. v2 uses cgroup.kill (Linux 5.14+); otherwise it freezes the
 // subtree so nothing can fork or exit (pids stay valid), SIGKILLs every
-// process listed, thaws so the signals are delivered, and repeats until the
-// subtree is empty.
+// process listed, thaws every cgroup of the subtree so the signals are
+// delivered, and repeats until the subtree is empty. No error on the way
+// (a cgroup that cannot be read, a freeze that does not complete) stops
+// it from killing what it found: errors are collected and returned only
+// when the subtree is still not empty at the end.
 func (g *group) kill(ctx context.Context) error {
 	ctx, cancel := withDefaultWait(ctx)
 	defer cancel()
@@ -503,52 +561,47 @@ func (g *group) kill(ctx context.Context) error {
 		}
 	}
 	self := os.Getpid()
-	if pids, err := g.treeProcs(); err != nil {
-		return err
-	} else if slices.Contains(pids, self) {
+	if pids, _ := g.treeProcs(); slices.Contains(pids, self) {
 		// Freezing a thread of our own would stall the Go runtime.
 		return fmt.Errorf("cgroups: kill %s: the calling process is inside: %w", g.rel, errdefs.ErrFailedPrecondition)
 	}
 	settle := 20 * time.Millisecond
+	var last error // of the latest round
 	for {
 		fctx, fcancel := context.WithTimeout(ctx, time.Second)
 		ferr := g.freeze(fctx) // best effort: kill even if a task will not freeze
 		fcancel()
-		pids, err := g.treeProcs()
-		if err != nil {
-			return errors.Join(err, g.thawTree())
-		}
+		pids, werr := g.treeProcs()
 		var kerr error
 		for _, pid := range pids {
 			if pid == self {
 				continue // never kill ourselves (a thread of ours may be inside)
 			}
-			if err := unix.Kill(pid, unix.SIGKILL); err != nil && err != unix.ESRCH {
+			if err := unix.Kill(pid, unix.SIGKILL); err != nil && err != unix.ESRCH && kerr == nil {
 				kerr = sysErr("kill", "pid "+strconv.Itoa(pid)+" in "+g.rel, err)
 			}
 		}
-		if err := g.thawTree(); err != nil {
-			return errors.Join(err, ferr)
-		}
+		terr := g.thawTree()
+		last = errors.Join(werr, kerr, terr, ferr)
 		wctx, wcancel := context.WithTimeout(ctx, settle)
-		err = poll(wctx, what, g.empty)
+		err := poll(wctx, what, g.empty)
 		wcancel()
 		if err == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
-			return errors.Join(ctxErr(ctx, what), kerr)
+			return errors.Join(ctxErr(ctx, what), last)
 		}
 		settle = min(2*settle, 500*time.Millisecond)
 	}
 }
 
 // removeTree removes the cgroup name below parentfd and every cgroup below
-// it, deepest first. A cgroup that is already gone counts as removed; a busy
-// one (processes left) fails at once with EBUSY.
+// it, deepest first, whatever the depth (see walk). A cgroup that is
+// already gone counts as removed; a busy one (processes left) does not
+// stop the removal of the rest, and the result then wraps EBUSY.
 func removeTree(parentfd int, name, rel string) error {
-	budget := maxTreeNodes
-	if err := rmTree(parentfd, name, 0, &budget); err != nil {
+	if err := rmTree(parentfd, name); err != nil {
 		return sysErr("remove", rel, err)
 	}
 	return nil
@@ -574,7 +627,10 @@ func removeTreeWait(ctx context.Context, parentfd int, name, rel string) error {
 	}
 }
 
-func rmTree(parentfd int, name string, depth int, budget *int) error {
+// rmTree removes name below parentfd, children before parents, holding at
+// most two descriptors whatever the depth. It returns the first error
+// other than EBUSY if there was one, else EBUSY if a cgroup kept tasks.
+func rmTree(parentfd int, name string) error {
 	err := unix.Unlinkat(parentfd, name, unix.AT_REMOVEDIR)
 	if err == nil || err == unix.ENOENT {
 		return nil
@@ -582,37 +638,86 @@ func rmTree(parentfd int, name string, depth int, budget *int) error {
 	if err != unix.EBUSY && err != unix.ENOTEMPTY {
 		return err
 	}
-	// Busy: maybe it has child cgroups. Remove those and try again.
-	*budget--
-	if *budget < 0 || depth >= maxTreeDepth {
-		return unix.E2BIG
-	}
-	fd, oerr := openDirAt(parentfd, name)
-	if oerr == unix.ENOENT {
-		return nil
-	}
-	if oerr != nil {
-		return oerr
-	}
-	names, lerr := subdirs(fd)
-	var cerr error
-	for _, n := range names {
-		if e := rmTree(fd, n, depth+1, budget); e != nil && cerr == nil {
-			cerr = e
+	var hard, busy error
+	note := func(err error) {
+		switch {
+		case err == nil || err == unix.ENOENT:
+		case err == unix.EBUSY || err == unix.ENOTEMPTY:
+			busy = unix.EBUSY
+		case hard == nil:
+			hard = err
 		}
 	}
-	unix.Close(fd)
-	if lerr != nil {
-		return lerr
+	cur, err := openDirAt(parentfd, name)
+	if err == unix.ENOENT {
+		return nil
 	}
-	if cerr != nil {
-		return cerr
-	}
-	if len(names) == 0 {
-		return err // busy with tasks, not children
-	}
-	if err := unix.Unlinkat(parentfd, name, unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT {
+	if err != nil {
 		return err
 	}
-	return nil
+	type frame struct {
+		name string
+		kids []string
+		next int
+	}
+	kids, err := subdirs(cur)
+	note(err)
+	stack := []frame{{name: name, kids: kids}}
+	for len(stack) > 0 {
+		top := &stack[len(stack)-1]
+		if top.next < len(top.kids) {
+			kid := top.kids[top.next]
+			top.next++
+			err := unix.Unlinkat(cur, kid, unix.AT_REMOVEDIR)
+			if err == nil || err == unix.ENOENT {
+				continue
+			}
+			if err != unix.EBUSY && err != unix.ENOTEMPTY {
+				note(err)
+				continue
+			}
+			// Busy: it has child cgroups, or tasks. Go down.
+			fd, err := openDirAt(cur, kid)
+			if err != nil {
+				note(err)
+				continue
+			}
+			grand, err := subdirs(fd)
+			note(err)
+			if len(grand) == 0 {
+				unix.Close(fd)
+				note(unix.EBUSY) // tasks, not children
+				continue
+			}
+			unix.Close(cur)
+			cur = fd
+			stack = append(stack, frame{name: kid, kids: grand})
+			continue
+		}
+		// Every child of top was tried: go up and remove top itself.
+		done := top.name
+		stack = stack[:len(stack)-1]
+		if len(stack) == 0 {
+			unix.Close(cur)
+			cur = -1
+			note(unix.Unlinkat(parentfd, name, unix.AT_REMOVEDIR))
+			break
+		}
+		up, err := openDirAt(cur, "..")
+		unix.Close(cur)
+		cur = -1
+		if err != nil {
+			note(err)
+			break
+		}
+		cur = up
+		note(unix.Unlinkat(cur, done, unix.AT_REMOVEDIR))
+	}
+	if cur >= 0 {
+		unix.Close(cur)
+	}
+	if hard != nil {
+		return hard
+	}
+	return busy
 }

@@ -227,10 +227,8 @@ func (s *Sandbox) setup(p *group, l Limits) error {
 			return err
 		}
 	}
-	if l.Pids > 0 && l.AgentPids > 0 {
-		if err := g.write(g.tab.pidsMax, strconv.FormatInt(l.Pids+l.AgentPids, 10)); err != nil {
-			return err
-		}
+	if err := s.limitOne(g, l.totalMemory(), l.totalPids()); err != nil {
+		return err
 	}
 	if l.CPUs > 0 {
 		quota := strconv.FormatInt(int64(l.CPUs*cpuPeriodUsec+0.5), 10)
@@ -274,29 +272,18 @@ func checkV2Controllers(g *group, l Limits) error {
 	return nil
 }
 
-// childLimits writes the memory and pids limits of agent/ and work/.
+// childLimits writes the memory and pids limits of work/. agent/ has none
+// of its own: see Limits.AgentMemoryBytes.
 func (s *Sandbox) childLimits(g *group, l Limits) error {
-	for _, c := range []struct {
-		name      string
-		mem, pids int64
-	}{
-		{"work", l.MemoryBytes, l.Pids},
-		{"agent", l.AgentMemoryBytes, l.AgentPids},
-	} {
-		if c.mem == 0 && c.pids == 0 {
-			continue
-		}
-		cg, err := g.sub(c.name)
-		if err != nil {
-			return err
-		}
-		err = s.limitOne(cg, c.mem, c.pids)
-		cg.close()
-		if err != nil {
-			return err
-		}
+	if l.MemoryBytes == 0 && l.Pids == 0 {
+		return nil
 	}
-	return nil
+	cg, err := g.sub("work")
+	if err != nil {
+		return err
+	}
+	defer cg.close()
+	return s.limitOne(cg, l.MemoryBytes, l.Pids)
 }
 
 func (s *Sandbox) limitOne(g *group, mem, pids int64) error {
@@ -496,6 +483,9 @@ func (s *Sandbox) MoveToAgent(pid int) error {
 type Delegation struct {
 	Version    Version
 	Work, Home map[string]*os.File
+	// MemoryBudget is the memory cap of the whole sandbox (<id>), 0 when
+	// it has none; the agent reads it with Delegated.MemoryRoom.
+	MemoryBudget int64
 }
 
 // Close closes every file of d.
@@ -524,7 +514,7 @@ func (d *Delegation) ExtraFiles(first int) (files []*os.File, spec string) {
 		es = append(es, specEntry{hier: n, work: first + len(files), home: first + len(files) + 1})
 		files = append(files, d.Work[n], d.Home[n])
 	}
-	return files, formatSpec(d.Version, es)
+	return files, formatSpec(d.Version, es, d.MemoryBudget)
 }
 
 // Delegate opens <id>/work and <id>/agent in every hierarchy and gives the
@@ -587,7 +577,7 @@ func (s *Sandbox) Delegate() (*Delegation, error) {
 			return nil, err
 		}
 	}
-	d := &Delegation{Version: s.m.l.v, Work: map[string]*os.File{}, Home: map[string]*os.File{}}
+	d := &Delegation{Version: s.m.l.v, Work: map[string]*os.File{}, Home: map[string]*os.File{}, MemoryBudget: s.limits.totalMemory()}
 	for i := range work.dirs {
 		name := work.dirs[i].h.name
 		for _, x := range []struct {

@@ -287,25 +287,40 @@ type specEntry struct {
 	work, home int
 }
 
-// formatSpec renders a spec: "v1 memory:3:4 cpu,cpuacct:5:6 ...".
-func formatSpec(v Version, es []specEntry) string {
+// formatSpec renders a spec: "v1 memory:3:4 cpu,cpuacct:5:6 ...", with a
+// final "mem=N" when budget (the whole sandbox's memory cap) is known.
+func formatSpec(v Version, es []specEntry, budget int64) string {
 	var b strings.Builder
 	b.WriteString(v.String())
 	for _, e := range es {
 		fmt.Fprintf(&b, " %s:%d:%d", e.hier, e.work, e.home)
 	}
+	if budget > 0 {
+		fmt.Fprintf(&b, " mem=%d", budget)
+	}
 	return b.String()
 }
 
-// parseSpec parses what formatSpec renders and checks it completely.
-func parseSpec(s string) (Version, []specEntry, error) {
-	bad := func(detail string) (Version, []specEntry, error) {
-		return 0, nil, malformed("cgroup spec", detail)
+// parseSpec parses what formatSpec renders and checks it completely. The
+// budget is 0 when the spec has none.
+func parseSpec(s string) (Version, []specEntry, int64, error) {
+	bad := func(detail string) (Version, []specEntry, int64, error) {
+		return 0, nil, 0, malformed("cgroup spec", detail)
 	}
 	if len(s) > maxSpecLen {
 		return bad("too long")
 	}
 	f := strings.Fields(s)
+	var budget int64
+	if n := len(f); n > 0 {
+		if m, ok := strings.CutPrefix(f[n-1], "mem="); ok {
+			v, err := strconv.ParseInt(m, 10, 64)
+			if err != nil || v < minMemoryBytes || v > 2*maxMemoryBytes {
+				return bad("memory budget " + strconv.Quote(clip(m)))
+			}
+			budget, f = v, f[:n-1]
+		}
+	}
 	if len(f) < 2 || len(f) > maxSpecEntries+1 {
 		return bad("want a version and 1 to 8 entries")
 	}
@@ -343,9 +358,9 @@ func parseSpec(s string) (Version, []specEntry, error) {
 		es = append(es, e)
 	}
 	if err := checkHierNames(v, names); err != nil {
-		return 0, nil, err
+		return 0, nil, 0, err
 	}
-	return v, es, nil
+	return v, es, budget, nil
 }
 
 // clip shortens s for an error message.

@@ -225,19 +225,26 @@ func TestDetectLayout(t *testing.T) {
 
 func TestSpec(t *testing.T) {
 	es := []specEntry{{"cpu", 3, 4}, {"cpuacct", 5, 6}, {"freezer", 7, 8}, {"memory", 9, 10}, {"pids", 11, 12}}
-	s := formatSpec(V1, es)
+	s := formatSpec(V1, es, 0)
 	if want := "v1 cpu:3:4 cpuacct:5:6 freezer:7:8 memory:9:10 pids:11:12"; s != want {
 		t.Errorf("formatSpec = %q, want %q", s, want)
 	}
-	v, got, err := parseSpec(s)
-	if err != nil || v != V1 || !slices.Equal(got, es) {
-		t.Errorf("parseSpec(%q) = %v %v %v", s, v, got, err)
+	v, got, budget, err := parseSpec(s)
+	if err != nil || v != V1 || !slices.Equal(got, es) || budget != 0 {
+		t.Errorf("parseSpec(%q) = %v %v %v %v", s, v, got, budget, err)
+	}
+	s = formatSpec(V2, []specEntry{{"cgroup2", 3, 4}}, 384<<20)
+	if want := "v2 cgroup2:3:4 mem=402653184"; s != want {
+		t.Errorf("formatSpec with a budget = %q, want %q", s, want)
+	}
+	if _, _, budget, err := parseSpec(s); err != nil || budget != 384<<20 {
+		t.Errorf("parseSpec(%q) budget = %d, %v", s, budget, err)
 	}
 	for _, good := range []string{
 		"v2 cgroup2:3:4",
 		"v1 cpu,cpuacct:3:4 freezer:5:6 memory:7:8 pids:9:10",
 	} {
-		if _, _, err := parseSpec(good); err != nil {
+		if _, _, _, err := parseSpec(good); err != nil {
 			t.Errorf("parseSpec(%q): %v", good, err)
 		}
 	}
@@ -256,8 +263,14 @@ func TestSpec(t *testing.T) {
 		"v1 cpu,cpuacct:3:4 cpu:11:12 freezer:5:6 memory:7:8 pids:9:10", // repeated controller
 		"v1 cpu,cpuacct:3:4 freezer:5:6 memory:7:8 pids:9:10 devices:11:12",
 		"v2 cgroup2:3:4 " + strings.Repeat("x", maxSpecLen),
+		"v2 cgroup2:3:4 mem=x",                 // bad budget
+		"v2 cgroup2:3:4 mem=-5",                // negative budget
+		"v2 cgroup2:3:4 mem=1",                 // below the minimum
+		"v2 mem=100000000 cgroup2:3:4",         // budget not last
+		"v2 mem=100000000",                     // no entries
+		"v2 cgroup2:3:4 mem=99999999999999999", // above the maximum
 	} {
-		if _, _, err := parseSpec(bad); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		if _, _, _, err := parseSpec(bad); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("parseSpec(%q) error = %v, want invalid argument", clip(bad), err)
 		}
 	}
@@ -346,14 +359,15 @@ func FuzzParseMountinfo(f *testing.F) {
 func FuzzParseSpec(f *testing.F) {
 	f.Add("v1 cpu:3:4 cpuacct:5:6 freezer:7:8 memory:9:10 pids:11:12")
 	f.Add("v2 cgroup2:3:4")
+	f.Add("v2 cgroup2:3:4 mem=402653184")
 	f.Fuzz(func(t *testing.T, s string) {
-		v, es, err := parseSpec(s)
+		v, es, budget, err := parseSpec(s)
 		if err != nil {
 			return
 		}
 		// What parses must render back to something that parses the same.
-		v2, es2, err := parseSpec(formatSpec(v, es))
-		if err != nil || v2 != v || !slices.Equal(es, es2) {
+		v2, es2, budget2, err := parseSpec(formatSpec(v, es, budget))
+		if err != nil || v2 != v || !slices.Equal(es, es2) || budget2 != budget {
 			t.Errorf("round trip of %q: %v %v %v", s, v2, es2, err)
 		}
 	})

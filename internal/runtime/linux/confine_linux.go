@@ -142,6 +142,9 @@ func (e *execCgroups) refill() {
 	}
 }
 
+// MemoryRoom implements agent.MemoryRoomer.
+func (e *execCgroups) MemoryRoom() (int64, bool, error) { return e.d.MemoryRoom() }
+
 type execCgroup struct{ x *cgroups.Exec }
 
 func (e execCgroup) Start(attr *syscall.SysProcAttr, start func() (int, error)) (int, error) {

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/cgroups"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
@@ -25,11 +27,13 @@ type Instance struct {
 	dir    string
 	state  *state
 	cg     *cgroups.Sandbox
+	pidfd  int             // of the agent; -1 once destroyed
 	exited <-chan struct{} // closed when the agent exits, if it is our child
 
-	destroyOnce sync.Once
-	destroyErr  error
-	destroyed   chan struct{}
+	destroyOnce sync.Once     // closes destroyed
+	destroyMu   sync.Mutex    // serializes Destroy; guards destroyDone
+	destroyDone bool          // everything is gone: later calls succeed at once
+	destroyed   chan struct{} // closed once Destroy starts: the sandbox serves no more
 }
 
 var (
@@ -37,13 +41,16 @@ var (
 	_ runtime.Pauser   = (*Instance)(nil)
 )
 
-func newInstance(r *Runtime, dir string, st *state, cg *cgroups.Sandbox, exited <-chan struct{}) *Instance {
+// newInstance makes the Instance of a started or adopted sandbox. It takes
+// ownership of pidfd, a pidfd of the agent.
+func newInstance(r *Runtime, dir string, st *state, cg *cgroups.Sandbox, pidfd int, exited <-chan struct{}) *Instance {
 	return &Instance{
 		r:         r,
 		id:        st.Spec.ID,
 		dir:       dir,
 		state:     st,
 		cg:        cg,
+		pidfd:     pidfd,
 		exited:    exited,
 		destroyed: make(chan struct{}),
 	}
@@ -117,67 +124,166 @@ func (i *Instance) Resume(ctx context.Context) error {
 	return nil
 }
 
-// Destroy implements runtime.Instance. Killing the cgroup subtree kills
-// the agent and everything it started; the sandbox's mounts disappear with
-// its mount namespace. Then the cgroups, the state directory and the uid
-// slot are released.
+// Destroy implements runtime.Instance. It kills the sandbox (see
+// killSandbox: the agent by pidfd, which ends the sandbox's PID namespace,
+// then everything in its cgroup tree, however deep) and only once no
+// process of it is left removes the cgroups and the state directory and
+// frees the uid slot; the sandbox's mounts went with its mount namespace.
+// If a process survives until ctx ends, Destroy fails closed: the state
+// directory and the uid slot stay (a uid range whose processes may still
+// run is never reused), the details go to the log, and a later Destroy (or
+// Recover after a restart) tries again.
 func (i *Instance) Destroy(ctx context.Context) error {
-	i.destroyOnce.Do(func() {
-		close(i.destroyed)
-		var errs []error
-		// Not found: someone (another runtime value after a restart)
-		// destroyed it already.
-		killErr := i.cg.Kill(ctx)
+	i.destroyOnce.Do(func() { close(i.destroyed) })
+	i.destroyMu.Lock()
+	defer i.destroyMu.Unlock()
+	if i.destroyDone {
+		return nil
+	}
+	if err := i.r.killSandbox(ctx, i.id, i.cg, i.pidfd, i.exited, i.state); err != nil {
+		return fmt.Errorf("sandbox %s: destroy: %w", i.id, err)
+	}
+	// Nothing of the sandbox runs any more: its uid range is free.
+	i.r.forget(i, true)
+	if i.pidfd >= 0 {
+		unix.Close(i.pidfd)
+		i.pidfd = -1
+	}
+	var errs []error
+	// Not found: someone (another runtime value after a restart)
+	// destroyed it already.
+	if err := i.cg.Remove(ctx); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		errs = append(errs, err)
+	}
+	if err := removeStateDir(i.dir); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("sandbox %s: destroy: %w", i.id, err)
+	}
+	i.destroyDone = true
+	return nil
+}
+
+// killSandbox kills every process of sandbox id and waits until none is
+// left. First the agent, through pidfd (-1 when there is no live agent):
+// it is PID 1 of the sandbox's PID namespace, so when it dies the kernel
+// kills every process in the namespace, whatever cgroups say. Then
+// everything in the sandbox's cgroup tree (cg, nil when it has none),
+// which thaws what is frozen and catches any process that would sit in
+// those cgroups outside the namespace. It succeeds only once the agent has
+// exited (and, with exited set, been reaped) and the tree holds no process;
+// until then, or ctx's end, it repeats both kills every second. On failure
+// the error says only that processes are left (it reaches API callers);
+// what they are doing goes to the log.
+func (r *Runtime) killSandbox(ctx context.Context, id string, cg *cgroups.Sandbox, pidfd int, exited <-chan struct{}, st *state) error {
+	if ctx.Err() != nil {
+		// Still kill: a cancelled caller must not leave the sandbox
+		// running. The checks below get a short grace.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+	}
+	killAgent := func() {
+		if pidfd >= 0 {
+			_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+		}
+	}
+	var killErr error
+	killTree := func(ctx context.Context) {
+		if cg == nil {
+			return
+		}
+		killErr = cg.Kill(ctx)
 		if errors.Is(killErr, errdefs.ErrNotFound) {
 			killErr = nil
 		}
-		if killErr != nil {
-			errs = append(errs, killErr)
+	}
+	killAgent()
+	treeCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	killTree(treeCtx)
+	cancel()
+	var left []int
+	var procsErr error
+	gone := func() bool {
+		if pidfd >= 0 && !pidfdExited(pidfd) {
+			return false
 		}
-		if i.exited != nil {
-			if err := i.awaitExit(ctx); err != nil {
-				errs = append(errs, err)
+		if exited != nil {
+			select {
+			case <-exited:
+			default:
+				return false
 			}
 		}
-		if err := i.cg.Remove(ctx); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			errs = append(errs, err)
+		if cg == nil {
+			return true
 		}
-		if err := removeStateDir(i.dir); err != nil {
-			errs = append(errs, err)
+		left, procsErr = cg.Procs()
+		if errors.Is(procsErr, errdefs.ErrNotFound) {
+			left, procsErr = nil, nil
 		}
-		// A uid range whose processes may still run is never reused.
-		i.r.forget(i, killErr == nil)
-		if err := errors.Join(errs...); err != nil {
-			i.destroyErr = fmt.Errorf("sandbox %s: destroy: %w", i.id, err)
-		}
-	})
-	return i.destroyErr
-}
-
-// awaitExit waits until the agent, killed, has been reaped. A v1 kill ends
-// when cgroup.procs lists nobody, but the kernel stops listing a process as
-// soon as it starts to exit, and the agent is reaped only once everything
-// in its PID namespace is gone; so while it waits the cgroup is killed
-// again every second, which also thaws anything frozen in it. If the agent
-// still is not reaped when ctx ends, the error says where its tree is stuck.
-func (i *Instance) awaitExit(ctx context.Context) error {
+		return len(left) == 0 && procsErr == nil
+	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	for {
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for !gone() {
 		select {
-		case <-i.exited:
-			return nil
+		case <-poll.C:
 		case <-tick.C:
-			_ = i.cg.Kill(ctx)
+			killAgent()
+			tctx, cancel := context.WithTimeout(ctx, time.Second)
+			killTree(tctx)
+			cancel()
 		case <-ctx.Done():
-			return fmt.Errorf("agent not reaped: %w (%s)", ctx.Err(), describeTree(i.state.Pid, i.state.PidStart))
+			if gone() {
+				return nil
+			}
+			agent := "gone"
+			if st != nil {
+				agent = describeTree(st.Pid, st.PidStart)
+			}
+			r.log.Warn("sandbox processes survive the kill; its uid range and state are kept",
+				"sandbox", id, "agent", agent, "cgroup_procs", left, "procs_err", procsErr, "kill_err", killErr)
+			return fmt.Errorf("processes of the sandbox are still running after the kill; its resources are kept until a retry succeeds: %w", errdefs.ErrUnavailable)
 		}
 	}
+	return nil
+}
+
+// pidfdExited reports whether the process of pidfd has exited. A PID
+// namespace's init exits only once every other process of the namespace
+// is gone.
+func pidfdExited(pidfd int) bool {
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0
+}
+
+// openAgentPidfd returns a pidfd of the agent recorded in st, or -1 when
+// that process is gone (its pid free or reused).
+func openAgentPidfd(st *state) int {
+	if st == nil || st.Pid <= 0 {
+		return -1
+	}
+	fd, err := unix.PidfdOpen(st.Pid, 0)
+	if err != nil {
+		return -1
+	}
+	// Checked after the open: the pidfd pins the process it names.
+	if start, err := procStartTime(st.Pid); err != nil || start != st.PidStart {
+		unix.Close(fd)
+		return -1
+	}
+	return fd
 }
 
 // describeTree says what a process that would not die and its children
 // are doing: each thread's state and the kernel function it sleeps in, as
-// /proc shows them. It is for error messages only, and bounded.
+// /proc shows them. It names host pids, so it is for the log only, and
+// bounded.
 func describeTree(pid int, start uint64) string {
 	if st, err := procStartTime(pid); err != nil || st != start {
 		return fmt.Sprintf("pid %d is gone or a zombie", pid)

@@ -92,15 +92,26 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 
 	var cg *cgroups.Sandbox
 	var cmd *exec.Cmd
+	pidfd := -1
+	var exited <-chan struct{}
 	defer func() {
 		if retErr == nil {
 			return
 		}
 		cleanupCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if cg != nil {
-			_ = cg.Kill(cleanupCtx)
-			_ = cg.Remove(cleanupCtx)
+		if cg != nil || pidfd >= 0 {
+			err := r.killSandbox(cleanupCtx, spec.ID, cg, pidfd, exited, nil)
+			if pidfd >= 0 {
+				unix.Close(pidfd)
+			}
+			if err != nil {
+				// Fail closed: the slot and the state dir stay.
+				return
+			}
+			if cg != nil {
+				_ = cg.Remove(cleanupCtx)
+			}
 		} else if cmd != nil && cmd.Process != nil {
 			_ = cmd.Process.Kill()
 		}
@@ -128,9 +139,11 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	}
 
 	cg, err = r.cg.Create(spec.ID, cgroups.Limits{
-		MemoryBytes: limits.MemoryBytes,
-		CPUs:        limits.CPUs,
-		Pids:        limits.Pids,
+		MemoryBytes:      limits.MemoryBytes,
+		CPUs:             limits.CPUs,
+		Pids:             limits.Pids,
+		AgentMemoryBytes: AgentMemoryAllowance,
+		AgentPids:        AgentPidsAllowance,
 	}, cgroups.Owner{UID: int(base), GID: int(base)})
 	if err != nil {
 		cg = nil
@@ -224,10 +237,21 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 		cmd = nil
 		return nil, fmt.Errorf("sandbox %s: start agent: %w", spec.ID, err)
 	}
+	// Our child, not yet waited for: its pid cannot have been reused. The
+	// pidfd is how Destroy kills it (and with it the PID namespace)
+	// whatever its cgroups say.
+	pidfd, perr := unix.PidfdOpen(pid, 0)
+	if perr != nil {
+		pidfd = -1
+	}
 	// Reap the agent if it exits while this daemon runs; after a restart
 	// it is no longer our child and init reaps it.
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	exitedCh := make(chan struct{})
+	exited = exitedCh
+	go func() { _ = cmd.Wait(); close(exitedCh) }()
+	if perr != nil {
+		return nil, fmt.Errorf("sandbox %s: pidfd of the agent: %w", spec.ID, errdefs.ErrNotSupported)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
@@ -275,7 +299,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	if err := writeState(dir, st); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
-	inst := newInstance(r, dir, st, cg, exited)
+	inst := newInstance(r, dir, st, cg, pidfd, exited)
 	r.mu.Lock()
 	r.live[spec.ID] = inst
 	r.mu.Unlock()
