@@ -9,6 +9,8 @@ import (
 	goruntime "runtime"
 	"strconv"
 	"strings"
+	"testing"
+	"time"
 )
 
 // Helpers that inspect the host, for leak checks and memory figures.
@@ -114,4 +116,46 @@ func takeSnapshot(rt *Runtime) (hostSnapshot, error) {
 	}
 	s.unixSocks = bytes.Count(unix, []byte(rt.cfg.StateDir))
 	return s, nil
+}
+
+// requireNoLeaks waits for the kernel to free what the destroyed sandboxes
+// held and requires the host to be as in before: no process, mount,
+// cgroup, user namespace, state file or uid slot of a sandbox left. It
+// returns the last snapshot.
+func requireNoLeaks(t *testing.T, rt *Runtime, before hostSnapshot) hostSnapshot {
+	t.Helper()
+	var after hostSnapshot
+	var err error
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if after, err = takeSnapshot(rt); err != nil {
+			t.Fatal(err)
+		}
+		if len(after.processes) == 0 && len(after.userNS) <= len(before.userNS) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(after.processes) != 0 {
+		t.Errorf("sandbox processes left: %v", after.processes)
+	}
+	if after.mounts != before.mounts {
+		t.Errorf("host mount table: %d lines before, %d after", before.mounts, after.mounts)
+	}
+	if len(after.cgroups) != 0 {
+		t.Errorf("cgroups left: %v", after.cgroups)
+	}
+	if len(after.userNS) > len(before.userNS) {
+		t.Errorf("user namespaces: %d before, %d after", len(before.userNS), len(after.userNS))
+	}
+	if len(after.stateFiles) != 0 {
+		t.Errorf("state files left: %v", after.stateFiles)
+	}
+	rt.mu.Lock()
+	slots := len(rt.slots)
+	rt.mu.Unlock()
+	if slots != 0 {
+		t.Errorf("%d uid slots still reserved", slots)
+	}
+	return after
 }

@@ -52,45 +52,12 @@ func TestNoLeaksAfterCycles(t *testing.T) {
 			t.Fatalf("cycle %d: destroy: %v", i, err)
 		}
 	}
-	// The kernel frees namespaces shortly after their last process.
-	var after hostSnapshot
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		after, err = takeSnapshot(rt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(after.processes) == 0 && len(after.userNS) <= len(before.userNS) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if len(after.processes) != 0 {
-		t.Errorf("sandbox processes left: %v", after.processes)
-	}
-	if after.mounts != before.mounts {
-		t.Errorf("host mount table: %d lines before, %d after", before.mounts, after.mounts)
-	}
-	if len(after.cgroups) != 0 {
-		t.Errorf("cgroups left: %v", after.cgroups)
-	}
-	if len(after.userNS) > len(before.userNS) {
-		t.Errorf("user namespaces: %d before, %d after", len(before.userNS), len(after.userNS))
-	}
-	if len(after.stateFiles) != 0 {
-		t.Errorf("state files left: %v", after.stateFiles)
-	}
+	after := requireNoLeaks(t, rt, before)
 	if after.fds > before.fds+2 {
 		t.Errorf("daemon fds: %d before, %d after", before.fds, after.fds)
 	}
 	if after.unixSocks != 0 {
 		t.Errorf("%d control sockets left", after.unixSocks)
-	}
-	rt.mu.Lock()
-	slots := len(rt.slots)
-	rt.mu.Unlock()
-	if slots != 0 {
-		t.Errorf("%d uid slots still reserved", slots)
 	}
 }
 
