@@ -83,11 +83,8 @@ func dropToUser(u User, ids bool) (*threadCreds, error) {
 	if err := unix.Setgroups(gids); err != nil {
 		return c, errors.Join(fmt.Errorf("setgroups: %w", err), c.restore())
 	}
-	if err := unix.Setfsgid(int(u.GID)); err != nil {
-		return c, errors.Join(fmt.Errorf("setfsgid: %w", err), c.restore())
-	}
-	if err := unix.Setfsuid(int(u.UID)); err != nil {
-		return c, errors.Join(fmt.Errorf("setfsuid: %w", err), c.restore())
+	if err := setFSIDs(int(u.UID), int(u.GID)); err != nil {
+		return c, errors.Join(err, c.restore())
 	}
 	return c, nil
 }
@@ -98,11 +95,8 @@ func dropToUser(u User, ids bool) (*threadCreds, error) {
 func (c *threadCreds) restore() error {
 	var errs []error
 	if c.ids {
-		if err := unix.Setfsuid(0); err != nil {
-			errs = append(errs, fmt.Errorf("setfsuid: %w", err))
-		}
-		if err := unix.Setfsgid(0); err != nil {
-			errs = append(errs, fmt.Errorf("setfsgid: %w", err))
+		if err := setFSIDs(0, 0); err != nil {
+			errs = append(errs, err)
 		}
 		if err := unix.Setgroups(c.groups); err != nil {
 			errs = append(errs, fmt.Errorf("setgroups: %w", err))
@@ -113,6 +107,21 @@ func (c *threadCreds) restore() error {
 		errs = append(errs, fmt.Errorf("capset: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// setFSIDs sets the calling thread's filesystem gid and uid. setfsuid and
+// setfsgid report no failure (each returns the previous id), so it reads
+// them back with -1, which is never valid and changes nothing.
+func setFSIDs(uid, gid int) error {
+	_ = unix.Setfsgid(gid)
+	_ = unix.Setfsuid(uid)
+	if got, _ := unix.SetfsgidRetGid(-1); got != gid {
+		return fmt.Errorf("setfsgid %d: the thread has %d", gid, got)
+	}
+	if got, _ := unix.SetfsuidRetUid(-1); got != uid {
+		return fmt.Errorf("setfsuid %d: the thread has %d", uid, got)
+	}
+	return nil
 }
 
 // forkAs forks and execs spec's process with attr on a thread that holds
