@@ -36,9 +36,10 @@
 // calls Apply with Policy.FilesRestricted set.
 //
 // clone3 fails with ENOSYS after Apply (its flags live in memory the filter
-// cannot read), so syscall.SysProcAttr.UseCgroupFD, which needs clone3,
-// cannot be used by a confined process; place children into cgroups by
-// writing their pid instead.
+// cannot read, so the filter could not refuse CLONE_NEWUSER in them) unless
+// Policy.Clone3 says that user namespaces cannot be created anyway; only
+// then can a confined process use syscall.SysProcAttr.UseCgroupFD
+// (CLONE_INTO_CGROUP), which needs clone3.
 package confine
 
 import (
@@ -102,6 +103,14 @@ type Policy struct {
 	// applied down to whatever the kernel supports, or skipped when the
 	// kernel has none, and Result.LandlockABI says which.
 	MinLandlockABI int
+	// Clone3 allows clone3, whose flags the filter cannot read. Only a
+	// caller that closed namespace creation by other means may set it:
+	// every namespace but a user namespace needs CAP_SYS_ADMIN, so that
+	// means user.max_user_namespaces is 0 in the caller's user namespace
+	// (a limit the kernel enforces for it and everything it starts; only
+	// CAP_SYS_RESOURCE there can raise it). Apply checks it and refuses
+	// otherwise.
+	Clone3 bool
 }
 
 // Result reports what Apply enforced.

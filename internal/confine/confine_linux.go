@@ -63,7 +63,12 @@ func Apply(p Policy) (Result, error) {
 		}
 	}
 	defer rs.close()
-	insts, err := seccompProgram()
+	if p.Clone3 {
+		if err := requireNoUserNamespaces(); err != nil {
+			return Result{}, err
+		}
+	}
+	insts, err := seccompProgram(p.Clone3)
 	if err != nil {
 		return Result{}, err
 	}
@@ -329,4 +334,22 @@ func parseStatus(r io.Reader) (State, error) {
 		return State{}, fmt.Errorf("confine: status lacks confinement fields: %w", errdefs.ErrInternal)
 	}
 	return st, nil
+}
+
+// maxUserNamespaces is the limit on user namespaces created in the calling
+// process's user namespace (and below it).
+const maxUserNamespaces = "/proc/sys/user/max_user_namespaces"
+
+// requireNoUserNamespaces checks Policy.Clone3's precondition: no user
+// namespace can be created in the caller's user namespace.
+func requireNoUserNamespaces() error {
+	b, err := os.ReadFile(maxUserNamespaces)
+	if err != nil {
+		return fmt.Errorf("confine: clone3 needs user namespaces closed: %v: %w", err, errdefs.ErrFailedPrecondition)
+	}
+	if strings.TrimSpace(string(b)) != "0" {
+		return fmt.Errorf("confine: clone3 needs user namespaces closed, but %s is %s: %w",
+			maxUserNamespaces, strings.TrimSpace(string(b)), errdefs.ErrFailedPrecondition)
+	}
+	return nil
 }

@@ -308,3 +308,19 @@ func FuzzParseStatus(f *testing.F) {
 		}
 	})
 }
+
+// TestApplyClone3NeedsNoUserNamespaces: Policy.Clone3 is refused, before
+// anything changes, where user namespaces can still be created.
+func TestApplyClone3NeedsNoUserNamespaces(t *testing.T) {
+	b, err := os.ReadFile(maxUserNamespaces)
+	if err != nil || strings.TrimSpace(string(b)) == "0" {
+		t.Skipf("%s: %q %v", maxUserNamespaces, b, err)
+	}
+	_, err = Apply(Policy{Clone3: true, FilesRestricted: true})
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "max_user_namespaces") {
+		t.Fatalf("Apply with clone3 where user namespaces are open: %v", err)
+	}
+	if st, err := Status(); err != nil || st.SeccompMode != 0 || st.NoNewPrivs {
+		t.Fatalf("the refused Apply changed the process: %+v %v", st, err)
+	}
+}

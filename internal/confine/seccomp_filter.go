@@ -40,12 +40,17 @@ func archInfo(goarch string) (*arch.Info, error) {
 
 // seccompPolicy turns the rule tables into a go-seccomp-bpf policy for
 // goarch: clone3 fails with ENOSYS (so libc falls back to clone, whose flags
-// the filter can see), the allowlist and the argument-checked calls are
-// allowed, and everything else fails with EPERM.
-func seccompPolicy(goarch string) (*seccomp.Policy, error) {
+// the filter can see) unless clone3 is set (see Policy.Clone3), the
+// allowlist and the argument-checked calls are allowed, and everything else
+// fails with EPERM.
+func seccompPolicy(goarch string, clone3 bool) (*seccomp.Policy, error) {
 	allow, err := AllowedSyscalls(goarch)
 	if err != nil {
 		return nil, err
+	}
+	clone3Action := seccomp.ActionErrno | errNOSYS
+	if clone3 {
+		clone3Action = seccomp.ActionAllow
 	}
 	var conditional []seccomp.NameWithConditions
 	conditional = append(conditional, seccomp.NameWithConditions{
@@ -69,7 +74,7 @@ func seccompPolicy(goarch string) (*seccomp.Policy, error) {
 	return &seccomp.Policy{
 		DefaultAction: seccomp.ActionErrno, // EPERM
 		Syscalls: []seccomp.SyscallGroup{
-			{Names: []string{"clone3"}, Action: seccomp.ActionErrno | errNOSYS},
+			{Names: []string{"clone3"}, Action: clone3Action},
 			{Names: allow, Action: seccomp.ActionAllow},
 			{NamesWithCondtions: conditional, Action: seccomp.ActionAllow},
 		},
@@ -86,12 +91,12 @@ func seccompPolicy(goarch string) (*seccomp.Policy, error) {
 // comparison of the full value could be bypassed by setting high bits
 // (CVE-2019-10063); the prefix compares the low 32 bits where the kernel
 // does.
-func seccompProgram() ([]bpf.Instruction, error) {
+func seccompProgram(clone3 bool) ([]bpf.Instruction, error) {
 	info, err := archInfo(runtime.GOARCH)
 	if err != nil {
 		return nil, err
 	}
-	policy, err := seccompPolicy(runtime.GOARCH)
+	policy, err := seccompPolicy(runtime.GOARCH, clone3)
 	if err != nil {
 		return nil, err
 	}

@@ -109,6 +109,12 @@ func seccompData(auditArch uint32, nr uint32, args ...uint64) []byte {
 // through the raw encoding the kernel receives.
 func filterVM(t *testing.T) (*bpf.VM, *arch.Info) {
 	t.Helper()
+	return filterVMWith(t, false)
+}
+
+// filterVMWith is filterVM for the filter with or without clone3.
+func filterVMWith(t *testing.T, clone3 bool) (*bpf.VM, *arch.Info) {
+	t.Helper()
 	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
 		t.Skipf("no seccomp filter for %s", runtime.GOARCH)
 	}
@@ -116,7 +122,7 @@ func filterVM(t *testing.T) (*bpf.VM, *arch.Info) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prog, err := seccompProgram()
+	prog, err := seccompProgram(clone3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,4 +334,23 @@ func otherArch(info *arch.Info) uint32 {
 		return uint32(arch.AARCH64.ID)
 	}
 	return uint32(arch.X86_64.ID)
+}
+
+// TestFilterClone3Allowed: with Policy.Clone3 the filter lets clone3
+// through, whatever its arguments, and nothing else changes.
+func TestFilterClone3Allowed(t *testing.T) {
+	strict, info := filterVMWith(t, false)
+	loose, _ := filterVMWith(t, true)
+	for nr, name := range info.SyscallNumbers {
+		for _, args := range [][]uint64{nil, {0, 88}, {0x10000000}} {
+			data := seccompData(uint32(info.ID), uint32(nr), args...)
+			want := run(t, strict, data)
+			if name == "clone3" {
+				want = wantAllow
+			}
+			if got := run(t, loose, data); got != want {
+				t.Errorf("%s %v: got %#x, want %#x", name, args, got, want)
+			}
+		}
+	}
 }

@@ -50,6 +50,19 @@ var attacks = map[string]func() error{
 		}
 		return nil
 	},
+	// clone3's flags are beyond seccomp; every namespace flag fails on
+	// the sandbox's namespace limits instead (all 0).
+	"clone3-newns":       func() error { return clone3NS(unix.CLONE_NEWNS) },
+	"clone3-newnet":      func() error { return clone3NS(unix.CLONE_NEWNET) },
+	"clone3-newpid":      func() error { return clone3NS(unix.CLONE_NEWPID) },
+	"clone3-newcgroup":   func() error { return clone3NS(unix.CLONE_NEWCGROUP) },
+	"clone3-newipc":      func() error { return clone3NS(unix.CLONE_NEWIPC) },
+	"clone3-newuts":      func() error { return clone3NS(unix.CLONE_NEWUTS) },
+	"clone3-newtime":     func() error { return clone3NS(unix.CLONE_NEWTIME) },
+	"clone3-user-and-ns": func() error { return clone3NS(unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWNET) },
+	"raise-max-userns": func() error {
+		return os.WriteFile("/proc/sys/user/max_user_namespaces", []byte("1000"), 0)
+	},
 	"setns": func() error {
 		fd, err := unix.Open("/proc/1/ns/mnt", unix.O_RDONLY, 0)
 		if err != nil {
@@ -375,4 +388,20 @@ func runAttack(name string) int {
 	}
 	fmt.Println("ALLOWED")
 	return 0
+}
+
+// clone3NS calls clone3 with flags (namespace flags) and SIGCHLD; a child
+// that starts exits at once.
+func clone3NS(flags uint64) error {
+	args := make([]uint64, 11)
+	args[0] = flags
+	args[4] = uint64(unix.SIGCHLD) // exit_signal
+	pid, _, errno := unix.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(&args[0])), uintptr(len(args)*8), 0)
+	if errno != 0 {
+		return errno
+	}
+	if pid == 0 {
+		unix.Exit(0)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -102,6 +103,13 @@ func setupStage() int {
 	if !ok {
 		return 1
 	}
+	// Opened now, while /proc/sys is writable; written once the agent
+	// has made the last namespace it needs (its cgroup namespace, below).
+	nsLimits, err := openNamespaceLimits()
+	if err != nil {
+		return fail(fmt.Errorf("namespace limits: %w", err))
+	}
+	defer closeAll(nsLimits)
 	// Every sandbox starts with Docker's umask, whatever the daemon's.
 	unix.Umask(0o022)
 	if err := setupRootfs(&cfg); err != nil {
@@ -145,6 +153,9 @@ func setupStage() int {
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		return fail(fmt.Errorf("cgroup namespace: %w", err))
 	}
+	if err := closeNamespaces(nsLimits); err != nil {
+		return fail(fmt.Errorf("namespace limits: %w", err))
+	}
 	// Emptying the bounding set on this one thread is much cheaper than
 	// on every thread of the serve stage; the capabilities the agent
 	// needs survive the exec in its inheritable set.
@@ -180,7 +191,10 @@ func serveStage() int {
 		unix.CloseOnExec(cfg.ChangesFD)
 		changes = os.NewFile(uintptr(cfg.ChangesFD), "changes")
 	}
-	res, err := confine.Apply(confine.Policy{FilesRestricted: true, KeepBounding: keptCapabilities(cfg.Build)})
+	// clone3 is allowed (the agent places children with
+	// CLONE_INTO_CGROUP on cgroup v2): no namespace can be made in the
+	// sandbox any more (see closeNamespaces), which Apply checks.
+	res, err := confine.Apply(confine.Policy{FilesRestricted: true, KeepBounding: keptCapabilities(cfg.Build), Clone3: true})
 	if err != nil {
 		return fail(fmt.Errorf("confine: %w", err))
 	}
@@ -293,4 +307,55 @@ func setRlimits(cfg *initConfig) error {
 		}
 	}
 	return nil
+}
+
+// namespaceLimits are the per-user-namespace limits on namespaces the
+// sandbox may create. The user namespace one must exist (Linux 4.9); the
+// others (time: Linux 5.6) are closed where the kernel has them.
+var namespaceLimits = []struct {
+	name     string
+	required bool
+}{
+	{"user", true}, {"mnt", false}, {"pid", false}, {"net", false}, {"ipc", false},
+	{"uts", false}, {"cgroup", false}, {"time", false},
+}
+
+// openNamespaceLimits opens /proc/sys/user/max_<ns>_namespaces for
+// writing. These limits are the agent's user namespace's own (the kernel
+// picks the table of the opener's user namespace); the agent, root of it
+// with CAP_SYS_RESOURCE, may set them, sandboxed code may not.
+func openNamespaceLimits() ([]*os.File, error) {
+	var files []*os.File
+	for _, l := range namespaceLimits {
+		f, err := os.OpenFile("/proc/sys/user/max_"+l.name+"_namespaces", os.O_WRONLY, 0)
+		if err != nil {
+			if !l.required && errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			closeAll(files)
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+// closeNamespaces sets each limit to 0: nothing in the sandbox can make a
+// namespace from now on, whatever system call it uses (clone3 included,
+// whose flags seccomp cannot read). Every namespace but a user namespace
+// needs CAP_SYS_ADMIN, which no sandboxed process has; the user namespace
+// limit is the one that matters.
+func closeNamespaces(files []*os.File) error {
+	for _, f := range files {
+		if _, err := f.WriteString("0"); err != nil {
+			return fmt.Errorf("%s: %w", f.Name(), err)
+		}
+	}
+	return nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
 }
