@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/hostcheck"
 )
 
 // The client's environment and defaults.
@@ -49,6 +50,8 @@ type cli struct {
 	url string
 	// help prints the help of the flag set that failed to parse last.
 	help func()
+	// hostCheck runs the host checks of doctor; nil means hostcheck.Run.
+	hostCheck func(context.Context, hostcheck.Options) hostcheck.Report
 }
 
 // cliMain runs the client verbs with the process's standard streams and
@@ -124,6 +127,9 @@ const cliUsage = `usage: airlock [--url URL] COMMAND [ARG...]
   run [-t TEMPLATE] [exec flags] -- CMD...
   cp SRC DST                one side is ID:PATH; - is stdin or stdout
   shell [-u USER] ID
+  ps [--json] ID                        every process of the sandbox
+  kill [-s SIGNAL] ID PID...
+  kill --all [--timeout D] [--json] ID  every process but the agent
   code [-l python|javascript|bash] [-c CODE | -f FILE] [--context C] [-e K=V]...
        [--timeout D] [--json] ID      (a REPL when no -c/-f and stdin is a terminal)
   template build NAME (--from IMAGE | --debian SUITE [--packages P,..] | -f AIRFILE [DIR])
@@ -139,6 +145,7 @@ const cliUsage = `usage: airlock [--url URL] COMMAND [ARG...]
   tenants create [--id ID] [--max-sandboxes N] [--json] NAME    (the operator's)
   tenants ls [--json]
   tenants rm ID...
+  doctor [--data-dir DIR] [-v] [--json]   check this host (no daemon needed; as root)
 
 Environment: AIRLOCK_URL (default http://127.0.0.1:7070), AIRLOCK_API_KEY;
 without a key, <AIRLOCK_DATA_DIR>/admin.key is used if readable
@@ -177,12 +184,15 @@ func (c *cli) main(ctx context.Context, args []string) (int, error) {
 		"run":       c.runCmd,
 		"cp":        c.cpCmd,
 		"shell":     c.shellCmd,
+		"ps":        c.psCmd,
+		"kill":      c.killCmd,
 		"audit":     c.auditCmd,
 		"keys":      c.keysCmd,
 		"template":  c.templateCmd,
 		"key":       c.keysCmd,
 		"tenants":   c.tenantsCmd,
 		"tenant":    c.tenantsCmd,
+		"doctor":    c.doctorCmd,
 	}
 	verb, ok := verbs[args[0]]
 	if !ok {

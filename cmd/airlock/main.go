@@ -11,12 +11,16 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/airlock-sandbox/airlock/internal/hostcheck"
 	"github.com/airlock-sandbox/airlock/internal/runtime/linux"
 )
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == linux.AgentCommand {
 		os.Exit(linux.RunAgent())
+	}
+	if len(os.Args) > 1 && os.Args[1] == hostcheck.ProbeCommand {
+		os.Exit(hostcheck.RunProbe())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code, err := run(ctx, os.Args[1:])
@@ -72,5 +76,6 @@ Client (AIRLOCK_URL, AIRLOCK_API_KEY):
   keys create|ls|revoke     API keys
 
 Other:
+  doctor                    check that this host can run Airlock (as root)
   demo -- CMD...            run one command in a fresh sandbox without a daemon
 `

@@ -11,9 +11,10 @@
 // and checked for the scope its route needs. Sandboxes belong to the
 // principal's tenant (sandbox.Spec.Owner); a sandbox of another tenant is
 // reported exactly like one that does not exist. Every mutation (create,
-// delete, timeout, exec, file write, delete and mkdir, PTY session, key
-// create and revoke, tenant create and delete, template build and delete)
-// is recorded twice in the audit log: an intent,
+// delete, timeout, exec, file write, delete and mkdir, PTY session,
+// process signal and kill-all, key create and revoke, tenant create and
+// delete, template build and delete) is recorded twice in the audit log:
+// an intent,
 // durable before the action is carried out, and its outcome, durable
 // before the response (see call.begin and call.commit); a request refused
 // before the action, and an audit verification, get one outcome record.
@@ -210,6 +211,9 @@ type Config struct {
 	// Templates, if set, serves /v1/templates (list, inspect, build,
 	// remove); without it those routes answer 501 not_supported.
 	Templates *Templates
+	// Info, if set, serves GET /v1/info (version, runtime, host report);
+	// without it that route answers 501 not_supported.
+	Info *Info
 	// Ready, if set, is asked by GET /readyz; nil means always ready.
 	Ready func(ctx context.Context) error
 	// Log receives server-side failures; nil discards.
@@ -233,6 +237,7 @@ type Handler struct {
 	records     Records
 	code        CodeRunner
 	tpl         *templateService
+	hostInfo    *Info
 	ready       func(ctx context.Context) error
 	log         *slog.Logger
 	lim         Limits
@@ -274,6 +279,7 @@ func New(cfg Config) (*Handler, error) {
 		records:     cfg.Records,
 		code:        cfg.Code,
 		tpl:         tpl,
+		hostInfo:    cfg.Info,
 		ready:       cfg.Ready,
 		log:         cfg.Log,
 		lim:         cfg.Limits.withDefaults(),
@@ -398,6 +404,7 @@ func (h *Handler) routes() []route {
 	return []route{
 		{"GET", "/healthz", "", "", h.healthz},
 		{"GET", "/readyz", "", "", h.readyz},
+		{"GET", "/v1/info", auth.ScopeAdmin, "", h.getInfo},
 		{"POST", "/v1/sandboxes", auth.ScopeSandboxesWrite, ActionSandboxCreate, h.createSandbox},
 		{"GET", "/v1/sandboxes", auth.ScopeSandboxesRead, "", h.listSandboxes},
 		{"GET", "/v1/sandboxes/{id}", auth.ScopeSandboxesRead, "", h.getSandbox},
@@ -416,6 +423,10 @@ func (h *Handler) routes() []route {
 		{"DELETE", "/v1/sandboxes/{id}/contexts/{cid}", auth.ScopeExec, ActionContextDelete, h.deleteContext},
 		{"POST", "/v1/sandboxes/{id}/contexts/{cid}/restart", auth.ScopeExec, ActionContextRestart, h.restartContext},
 		{"POST", "/v1/sandboxes/{id}/contexts/{cid}/interrupt", auth.ScopeExec, ActionContextInterrupt, h.interruptContext},
+		{"GET", "/v1/sandboxes/{id}/processes", auth.ScopeExec, "", h.listProcesses},
+		{"POST", "/v1/sandboxes/{id}/processes/kill", auth.ScopeExec, ActionProcessKillAll, h.killAllProcesses},
+		{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", auth.ScopeExec, ActionProcessSignal, h.signalProcess},
+		{"GET", "/v1/sandboxes/{id}/processes/{pid}/output", auth.ScopeExec, "", h.processOutput},
 		{"GET", "/v1/audit", auth.ScopeAuditRead, "", h.listAudit},
 		{"POST", "/v1/audit/verify", auth.ScopeAdmin, ActionAuditVerify, h.verifyAudit},
 		{"GET", "/v1/audit/checkpoint", auth.ScopeAdmin, "", h.auditCheckpoint},

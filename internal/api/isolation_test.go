@@ -32,6 +32,7 @@ type routeRequest struct {
 var routeRequests = map[string]routeRequest{
 	"GET /healthz":                                     {},
 	"GET /readyz":                                      {},
+	"GET /v1/info":                                     {},
 	"POST /v1/sandboxes":                               {body: `{}`},
 	"GET /v1/sandboxes":                                {},
 	"GET /v1/sandboxes/{id}":                           {},
@@ -50,6 +51,10 @@ var routeRequests = map[string]routeRequest{
 	"DELETE /v1/sandboxes/{id}/contexts/{cid}":         {},
 	"POST /v1/sandboxes/{id}/contexts/{cid}/restart":   {},
 	"POST /v1/sandboxes/{id}/contexts/{cid}/interrupt": {},
+	"GET /v1/sandboxes/{id}/processes":                 {},
+	"POST /v1/sandboxes/{id}/processes/kill":           {body: `{}`},
+	"POST /v1/sandboxes/{id}/processes/{pid}/signal":   {body: `{"signal":"KILL"}`},
+	"GET /v1/sandboxes/{id}/processes/{pid}/output":    {},
 	"GET /v1/audit":                                    {},
 	"POST /v1/audit/verify":                            {},
 	"GET /v1/audit/checkpoint":                         {},

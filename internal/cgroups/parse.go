@@ -95,6 +95,7 @@ type mountInfo struct {
 	root   string   // root of the mount within its filesystem
 	point  string   // mount point
 	fstype string   // "cgroup", "cgroup2", ...
+	opts   []string // per-mount options ("rw" or "ro", ...)
 	super  []string // super block options; on cgroup v1 they name the controllers
 }
 
@@ -126,6 +127,7 @@ func parseMountinfo(r io.Reader) ([]mountInfo, error) {
 			root:   root,
 			point:  point,
 			fstype: f[sep+1],
+			opts:   strings.Split(f[5], ","),
 			super:  strings.Split(f[sep+3], ","),
 		})
 	}

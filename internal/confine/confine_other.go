@@ -27,3 +27,8 @@ func RestrictFiles(p Policy) (Result, error) {
 func NarrowBoundingForExec(uint64) error {
 	return fmt.Errorf("confine: %w on this operating system", errdefs.ErrNotSupported)
 }
+
+// LandlockABI is only implemented on Linux.
+func LandlockABI() (int, error) {
+	return 0, fmt.Errorf("confine: %w on this operating system", errdefs.ErrNotSupported)
+}

@@ -56,6 +56,11 @@ func llHandled(abi int) uint64 {
 	return h
 }
 
+// LandlockABI reports the kernel's Landlock ABI version, 0 when Landlock is
+// not built in or disabled at boot. Apply uses at most ABI 7; a newer
+// kernel is used at that level. It changes nothing: host checks call it.
+func LandlockABI() (int, error) { return landlockABI() }
+
 // landlockABI returns the kernel's Landlock ABI version, 0 when Landlock is
 // not built in or disabled at boot.
 func landlockABI() (int, error) {

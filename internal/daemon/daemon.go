@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/api"
 	"github.com/airlock-sandbox/airlock/internal/auth"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/hostcheck"
 	"github.com/airlock-sandbox/airlock/internal/interp"
 	"github.com/airlock-sandbox/airlock/internal/runtime/linux"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -50,6 +51,9 @@ type Options struct {
 	Announce io.Writer
 	// Ready, if set, is called with the bound address once the API serves.
 	Ready func(addr net.Addr)
+	// CheckHost replaces the host checks run at start (hostcheck.Run);
+	// tests use it to present a host that lacks a guarantee.
+	CheckHost func(context.Context, hostcheck.Options) hostcheck.Report
 }
 
 // Run starts the daemon and serves until ctx ends, then shuts down
@@ -85,6 +89,19 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	}
 	if err := os.Chmod(cfg.DataDir, dataDirMode); err != nil {
 		return fmt.Errorf("data dir: %w", err)
+	}
+	// Fail closed: a host without a guarantee the sandboxes rely on is
+	// refused before anything is locked, opened or adopted; without an
+	// optional one the daemon starts degraded and says so.
+	startedAt := time.Now().UTC()
+	hostOpts := hostcheck.Options{DataDir: cfg.DataDir, MaxSandboxes: cfg.MaxSandboxes}
+	checkHost := opts.CheckHost
+	if checkHost == nil {
+		checkHost = hostcheck.Run
+	}
+	hostReport := checkHost(ctx, hostOpts)
+	if err := admitHost(hostReport, log); err != nil {
+		return err
 	}
 
 	// One daemon per host: daemons share the cgroup parent and the uid
@@ -204,7 +221,15 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		Tenants:     keys,
 		Records:     st,
 		Templates:   tplRoutes,
-		Log:         log.With("component", "api"),
+		Info: &api.Info{
+			Version:   Version(),
+			Runtime:   rt.Name(),
+			StartedAt: startedAt,
+			Host: func(ctx context.Context) hostcheck.Report {
+				return hostcheck.Refresh(ctx, hostReport, hostOpts)
+			},
+		},
+		Log: log.With("component", "api"),
 		Limits: api.Limits{
 			MaxInflightPerSandbox: cfg.MaxExecsPerSandbox,
 			MaxInflightPerKey:     cfg.MaxExecsPerKey,
@@ -259,6 +284,26 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)
 	}
+	return nil
+}
+
+// admitHost logs what the host checks found and returns the error naming
+// every mandatory guarantee the host lacks, if any.
+func admitHost(r hostcheck.Report, log *slog.Logger) error {
+	if err := r.Err(); err != nil {
+		return err
+	}
+	for _, c := range r.Warnings() {
+		log.Warn("host check: starting without "+c.Name, "found", c.Found, "means", c.Meaning, "fix", c.Fix)
+	}
+	attrs := []any{"warnings", len(r.Warnings())}
+	for _, c := range r.Checks {
+		switch c.Name {
+		case "kernel", "cgroups", "landlock":
+			attrs = append(attrs, c.Name, c.Found)
+		}
+	}
+	log.Info("host checked", attrs...)
 	return nil
 }
 

@@ -68,6 +68,19 @@ func idmapLayers(pid int, layers []string) (files []*os.File, ok bool, err error
 	return files, true, nil
 }
 
+// CanIDMap reports whether dir's filesystem can be id-mapped through the
+// user namespace of process pid, as the daemon id-maps template layers at
+// every create: false, with no error, where the kernel refuses (sandboxes
+// then use their layers as they are). The mount it makes is detached and
+// released before it returns. Host checks call it.
+func CanIDMap(pid int, dir string) (bool, error) {
+	files, ok, err := idmapLayers(pid, []string{dir})
+	for _, f := range files {
+		f.Close()
+	}
+	return ok, err
+}
+
 // sendConfig writes b to the socket f and closes its write side; the
 // files ride along with the first bytes (SCM_RIGHTS).
 func sendConfig(f *os.File, b []byte, files []*os.File) error {

@@ -1560,6 +1560,455 @@ func (*ResizeResponse) Descriptor() ([]byte, []int) {
 	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
+type ListAllRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAllRequest) Reset() {
+	*x = ListAllRequest{}
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAllRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAllRequest) ProtoMessage() {}
+
+func (x *ListAllRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAllRequest.ProtoReflect.Descriptor instead.
+func (*ListAllRequest) Descriptor() ([]byte, []int) {
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+}
+
+type ListAllResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Ordered by pid; at most 4096 entries.
+	Processes []*SandboxProcess `protobuf:"bytes,1,rep,name=processes,proto3" json:"processes,omitempty"`
+	// How many processes the sandbox has (the agent excluded), also those
+	// left out when the list is capped.
+	Total uint32 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	// True when processes were left out (more than 4096): the list holds
+	// those with the lowest pids.
+	Truncated     bool `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAllResponse) Reset() {
+	*x = ListAllResponse{}
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAllResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAllResponse) ProtoMessage() {}
+
+func (x *ListAllResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAllResponse.ProtoReflect.Descriptor instead.
+func (*ListAllResponse) Descriptor() ([]byte, []int) {
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ListAllResponse) GetProcesses() []*SandboxProcess {
+	if x != nil {
+		return x.Processes
+	}
+	return nil
+}
+
+func (x *ListAllResponse) GetTotal() uint32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *ListAllResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+// SandboxProcess is one process of the sandbox as /proc shows it.
+type SandboxProcess struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pid   uint32                 `protobuf:"varint,1,opt,name=pid,proto3" json:"pid,omitempty"`
+	// The parent's pid; 1 (the agent) for the processes it started and for
+	// orphans.
+	Ppid uint32 `protobuf:"varint,2,opt,name=ppid,proto3" json:"ppid,omitempty"`
+	// The command line (/proc/PID/cmdline), empty for a zombie. At most 64
+	// arguments and 4 KiB per process, and 1 MiB for the whole list; what is
+	// cut sets argv_truncated.
+	Argv          []string `protobuf:"bytes,3,rep,name=argv,proto3" json:"argv,omitempty"`
+	ArgvTruncated bool     `protobuf:"varint,4,opt,name=argv_truncated,json=argvTruncated,proto3" json:"argv_truncated,omitempty"`
+	// The executable's name as the kernel keeps it (comm, at most 15 bytes).
+	Name string `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
+	// The real uid, and its account name when the agent knows it.
+	Uid  uint32 `protobuf:"varint,6,opt,name=uid,proto3" json:"uid,omitempty"`
+	User string `protobuf:"bytes,7,opt,name=user,proto3" json:"user,omitempty"`
+	// The state letter of /proc/PID/stat: R running, S sleeping, D disk
+	// sleep, T stopped, t traced, Z zombie, X dead, I idle.
+	State string `protobuf:"bytes,8,opt,name=state,proto3" json:"state,omitempty"`
+	// The process's cgroup as seen from inside the sandbox (the pids
+	// hierarchy on cgroup v1), e.g. /work/c3 for the third process tree the
+	// agent started; empty without cgroups.
+	Cgroup string `protobuf:"bytes,9,opt,name=cgroup,proto3" json:"cgroup,omitempty"`
+	// The session: every process the agent starts leads a session of its
+	// own, so this is the pid of the started process whose tree holds this
+	// one (unless the process made a session of its own).
+	Session           uint32 `protobuf:"varint,10,opt,name=session,proto3" json:"session,omitempty"`
+	StartedAtUnixNano int64  `protobuf:"varint,11,opt,name=started_at_unix_nano,json=startedAtUnixNano,proto3" json:"started_at_unix_nano,omitempty"`
+	// Set when the agent started this very process: it is tracked, so
+	// Connect, SendInput and SendSignal work on it.
+	Tracked bool `protobuf:"varint,12,opt,name=tracked,proto3" json:"tracked,omitempty"`
+	// The tag and background flag the process was started with (tracked
+	// processes only).
+	Tag           string `protobuf:"bytes,13,opt,name=tag,proto3" json:"tag,omitempty"`
+	Background    bool   `protobuf:"varint,14,opt,name=background,proto3" json:"background,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxProcess) Reset() {
+	*x = SandboxProcess{}
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxProcess) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxProcess) ProtoMessage() {}
+
+func (x *SandboxProcess) ProtoReflect() protoreflect.Message {
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxProcess.ProtoReflect.Descriptor instead.
+func (*SandboxProcess) Descriptor() ([]byte, []int) {
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SandboxProcess) GetPid() uint32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *SandboxProcess) GetPpid() uint32 {
+	if x != nil {
+		return x.Ppid
+	}
+	return 0
+}
+
+func (x *SandboxProcess) GetArgv() []string {
+	if x != nil {
+		return x.Argv
+	}
+	return nil
+}
+
+func (x *SandboxProcess) GetArgvTruncated() bool {
+	if x != nil {
+		return x.ArgvTruncated
+	}
+	return false
+}
+
+func (x *SandboxProcess) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SandboxProcess) GetUid() uint32 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *SandboxProcess) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *SandboxProcess) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *SandboxProcess) GetCgroup() string {
+	if x != nil {
+		return x.Cgroup
+	}
+	return ""
+}
+
+func (x *SandboxProcess) GetSession() uint32 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *SandboxProcess) GetStartedAtUnixNano() int64 {
+	if x != nil {
+		return x.StartedAtUnixNano
+	}
+	return 0
+}
+
+func (x *SandboxProcess) GetTracked() bool {
+	if x != nil {
+		return x.Tracked
+	}
+	return false
+}
+
+func (x *SandboxProcess) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+func (x *SandboxProcess) GetBackground() bool {
+	if x != nil {
+		return x.Background
+	}
+	return false
+}
+
+type SignalAnyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pid   uint32                 `protobuf:"varint,1,opt,name=pid,proto3" json:"pid,omitempty"`
+	// A Linux signal number, 1..64.
+	Signal        int32 `protobuf:"varint,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalAnyRequest) Reset() {
+	*x = SignalAnyRequest{}
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalAnyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalAnyRequest) ProtoMessage() {}
+
+func (x *SignalAnyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalAnyRequest.ProtoReflect.Descriptor instead.
+func (*SignalAnyRequest) Descriptor() ([]byte, []int) {
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SignalAnyRequest) GetPid() uint32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *SignalAnyRequest) GetSignal() int32 {
+	if x != nil {
+		return x.Signal
+	}
+	return 0
+}
+
+type SignalAnyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalAnyResponse) Reset() {
+	*x = SignalAnyResponse{}
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalAnyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalAnyResponse) ProtoMessage() {}
+
+func (x *SignalAnyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalAnyResponse.ProtoReflect.Descriptor instead.
+func (*SignalAnyResponse) Descriptor() ([]byte, []int) {
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+}
+
+type KillAllRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How long to wait for the last process to be reaped; 0 means 10 s, at
+	// most 60 s.
+	TimeoutMs     uint32 `protobuf:"varint,1,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KillAllRequest) Reset() {
+	*x = KillAllRequest{}
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KillAllRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KillAllRequest) ProtoMessage() {}
+
+func (x *KillAllRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KillAllRequest.ProtoReflect.Descriptor instead.
+func (*KillAllRequest) Descriptor() ([]byte, []int) {
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *KillAllRequest) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+type KillAllResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The processes killed (zombies and the agent not counted).
+	Killed        uint32 `protobuf:"varint,1,opt,name=killed,proto3" json:"killed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KillAllResponse) Reset() {
+	*x = KillAllResponse{}
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KillAllResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KillAllResponse) ProtoMessage() {}
+
+func (x *KillAllResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KillAllResponse.ProtoReflect.Descriptor instead.
+func (*KillAllResponse) Descriptor() ([]byte, []int) {
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *KillAllResponse) GetKilled() uint32 {
+	if x != nil {
+		return x.Killed
+	}
+	return 0
+}
+
 type EntryInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1580,7 +2029,7 @@ type EntryInfo struct {
 
 func (x *EntryInfo) Reset() {
 	*x = EntryInfo{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +2041,7 @@ func (x *EntryInfo) String() string {
 func (*EntryInfo) ProtoMessage() {}
 
 func (x *EntryInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +2054,7 @@ func (x *EntryInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntryInfo.ProtoReflect.Descriptor instead.
 func (*EntryInfo) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EntryInfo) GetName() string {
@@ -1680,7 +2129,7 @@ type StatRequest struct {
 
 func (x *StatRequest) Reset() {
 	*x = StatRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +2141,7 @@ func (x *StatRequest) String() string {
 func (*StatRequest) ProtoMessage() {}
 
 func (x *StatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,7 +2154,7 @@ func (x *StatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatRequest.ProtoReflect.Descriptor instead.
 func (*StatRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StatRequest) GetPath() string {
@@ -1724,7 +2173,7 @@ type StatResponse struct {
 
 func (x *StatResponse) Reset() {
 	*x = StatResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1736,7 +2185,7 @@ func (x *StatResponse) String() string {
 func (*StatResponse) ProtoMessage() {}
 
 func (x *StatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1749,7 +2198,7 @@ func (x *StatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatResponse.ProtoReflect.Descriptor instead.
 func (*StatResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StatResponse) GetEntry() *EntryInfo {
@@ -1770,7 +2219,7 @@ type ListDirRequest struct {
 
 func (x *ListDirRequest) Reset() {
 	*x = ListDirRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +2231,7 @@ func (x *ListDirRequest) String() string {
 func (*ListDirRequest) ProtoMessage() {}
 
 func (x *ListDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +2244,7 @@ func (x *ListDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDirRequest.ProtoReflect.Descriptor instead.
 func (*ListDirRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListDirRequest) GetPath() string {
@@ -1823,7 +2272,7 @@ type ListDirResponse struct {
 
 func (x *ListDirResponse) Reset() {
 	*x = ListDirResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1835,7 +2284,7 @@ func (x *ListDirResponse) String() string {
 func (*ListDirResponse) ProtoMessage() {}
 
 func (x *ListDirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +2297,7 @@ func (x *ListDirResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDirResponse.ProtoReflect.Descriptor instead.
 func (*ListDirResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListDirResponse) GetEntries() []*EntryInfo {
@@ -1878,7 +2327,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +2339,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +2352,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReadRequest) GetPath() string {
@@ -1938,7 +2387,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2399,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2412,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReadResponse) GetEntry() *EntryInfo {
@@ -1999,7 +2448,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2460,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2473,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WriteRequest) GetPath() string {
@@ -2079,7 +2528,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2091,7 +2540,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2104,7 +2553,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WriteResponse) GetEntry() *EntryInfo {
@@ -2134,7 +2583,7 @@ type MakeDirRequest struct {
 
 func (x *MakeDirRequest) Reset() {
 	*x = MakeDirRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2595,7 @@ func (x *MakeDirRequest) String() string {
 func (*MakeDirRequest) ProtoMessage() {}
 
 func (x *MakeDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2608,7 @@ func (x *MakeDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *MakeDirRequest) GetPath() string {
@@ -2199,7 +2648,7 @@ type MakeDirResponse struct {
 
 func (x *MakeDirResponse) Reset() {
 	*x = MakeDirResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2211,7 +2660,7 @@ func (x *MakeDirResponse) String() string {
 func (*MakeDirResponse) ProtoMessage() {}
 
 func (x *MakeDirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +2673,7 @@ func (x *MakeDirResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *MakeDirResponse) GetEntry() *EntryInfo {
@@ -2244,7 +2693,7 @@ type MoveRequest struct {
 
 func (x *MoveRequest) Reset() {
 	*x = MoveRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2256,7 +2705,7 @@ func (x *MoveRequest) String() string {
 func (*MoveRequest) ProtoMessage() {}
 
 func (x *MoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2269,7 +2718,7 @@ func (x *MoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRequest.ProtoReflect.Descriptor instead.
 func (*MoveRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *MoveRequest) GetSource() string {
@@ -2295,7 +2744,7 @@ type MoveResponse struct {
 
 func (x *MoveResponse) Reset() {
 	*x = MoveResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2756,7 @@ func (x *MoveResponse) String() string {
 func (*MoveResponse) ProtoMessage() {}
 
 func (x *MoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2769,7 @@ func (x *MoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveResponse.ProtoReflect.Descriptor instead.
 func (*MoveResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *MoveResponse) GetEntry() *EntryInfo {
@@ -2341,7 +2790,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2353,7 +2802,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2366,7 +2815,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RemoveRequest) GetPath() string {
@@ -2391,7 +2840,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2403,7 +2852,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2416,7 +2865,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 type ChmodRequest struct {
@@ -2429,7 +2878,7 @@ type ChmodRequest struct {
 
 func (x *ChmodRequest) Reset() {
 	*x = ChmodRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2890,7 @@ func (x *ChmodRequest) String() string {
 func (*ChmodRequest) ProtoMessage() {}
 
 func (x *ChmodRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2903,7 @@ func (x *ChmodRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChmodRequest.ProtoReflect.Descriptor instead.
 func (*ChmodRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ChmodRequest) GetPath() string {
@@ -2480,7 +2929,7 @@ type ChmodResponse struct {
 
 func (x *ChmodResponse) Reset() {
 	*x = ChmodResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +2941,7 @@ func (x *ChmodResponse) String() string {
 func (*ChmodResponse) ProtoMessage() {}
 
 func (x *ChmodResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +2954,7 @@ func (x *ChmodResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChmodResponse.ProtoReflect.Descriptor instead.
 func (*ChmodResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ChmodResponse) GetEntry() *EntryInfo {
@@ -2525,7 +2974,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2986,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2999,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WatchRequest) GetPath() string {
@@ -2581,7 +3030,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2593,7 +3042,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2606,7 +3055,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WatchResponse) GetEvent() isWatchResponse_Event {
@@ -2673,7 +3122,7 @@ type ExportChangesRequest struct {
 
 func (x *ExportChangesRequest) Reset() {
 	*x = ExportChangesRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +3134,7 @@ func (x *ExportChangesRequest) String() string {
 func (*ExportChangesRequest) ProtoMessage() {}
 
 func (x *ExportChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +3147,7 @@ func (x *ExportChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportChangesRequest.ProtoReflect.Descriptor instead.
 func (*ExportChangesRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 type ExportChangesResponse struct {
@@ -2711,7 +3160,7 @@ type ExportChangesResponse struct {
 
 func (x *ExportChangesResponse) Reset() {
 	*x = ExportChangesResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2723,7 +3172,7 @@ func (x *ExportChangesResponse) String() string {
 func (*ExportChangesResponse) ProtoMessage() {}
 
 func (x *ExportChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2736,7 +3185,7 @@ func (x *ExportChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportChangesResponse.ProtoReflect.Descriptor instead.
 func (*ExportChangesResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ExportChangesResponse) GetData() []byte {
@@ -2755,7 +3204,7 @@ type ProcessEvent_Started struct {
 
 func (x *ProcessEvent_Started) Reset() {
 	*x = ProcessEvent_Started{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2767,7 +3216,7 @@ func (x *ProcessEvent_Started) String() string {
 func (*ProcessEvent_Started) ProtoMessage() {}
 
 func (x *ProcessEvent_Started) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2803,7 +3252,7 @@ type ProcessEvent_Output struct {
 
 func (x *ProcessEvent_Output) Reset() {
 	*x = ProcessEvent_Output{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2815,7 +3264,7 @@ func (x *ProcessEvent_Output) String() string {
 func (*ProcessEvent_Output) ProtoMessage() {}
 
 func (x *ProcessEvent_Output) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2880,7 +3329,7 @@ type ProcessEvent_Keepalive struct {
 
 func (x *ProcessEvent_Keepalive) Reset() {
 	*x = ProcessEvent_Keepalive{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2892,7 +3341,7 @@ func (x *ProcessEvent_Keepalive) String() string {
 func (*ProcessEvent_Keepalive) ProtoMessage() {}
 
 func (x *ProcessEvent_Keepalive) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2916,7 +3365,7 @@ type WatchResponse_Started struct {
 
 func (x *WatchResponse_Started) Reset() {
 	*x = WatchResponse_Started{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2928,7 +3377,7 @@ func (x *WatchResponse_Started) String() string {
 func (*WatchResponse_Started) ProtoMessage() {}
 
 func (x *WatchResponse_Started) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2941,7 +3390,7 @@ func (x *WatchResponse_Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse_Started.ProtoReflect.Descriptor instead.
 func (*WatchResponse_Started) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{42, 0}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{49, 0}
 }
 
 type WatchResponse_Change struct {
@@ -2955,7 +3404,7 @@ type WatchResponse_Change struct {
 
 func (x *WatchResponse_Change) Reset() {
 	*x = WatchResponse_Change{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2967,7 +3416,7 @@ func (x *WatchResponse_Change) String() string {
 func (*WatchResponse_Change) ProtoMessage() {}
 
 func (x *WatchResponse_Change) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2980,7 +3429,7 @@ func (x *WatchResponse_Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse_Change.ProtoReflect.Descriptor instead.
 func (*WatchResponse_Change) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{42, 1}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{49, 1}
 }
 
 func (x *WatchResponse_Change) GetPath() string {
@@ -3005,7 +3454,7 @@ type WatchResponse_Keepalive struct {
 
 func (x *WatchResponse_Keepalive) Reset() {
 	*x = WatchResponse_Keepalive{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3017,7 +3466,7 @@ func (x *WatchResponse_Keepalive) String() string {
 func (*WatchResponse_Keepalive) ProtoMessage() {}
 
 func (x *WatchResponse_Keepalive) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3030,7 +3479,7 @@ func (x *WatchResponse_Keepalive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse_Keepalive.ProtoReflect.Descriptor instead.
 func (*WatchResponse_Keepalive) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{42, 2}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{49, 2}
 }
 
 var File_airlock_agent_v1_agent_proto protoreflect.FileDescriptor
@@ -3128,7 +3577,39 @@ const file_airlock_agent_v1_agent_proto_rawDesc = "" +
 	"\rResizeRequest\x12;\n" +
 	"\aprocess\x18\x01 \x01(\v2!.airlock.agent.v1.ProcessSelectorR\aprocess\x12-\n" +
 	"\x04size\x18\x02 \x01(\v2\x19.airlock.agent.v1.PtySizeR\x04size\"\x10\n" +
-	"\x0eResizeResponse\"\x84\x02\n" +
+	"\x0eResizeResponse\"\x10\n" +
+	"\x0eListAllRequest\"\x85\x01\n" +
+	"\x0fListAllResponse\x12>\n" +
+	"\tprocesses\x18\x01 \x03(\v2 .airlock.agent.v1.SandboxProcessR\tprocesses\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\rR\x05total\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\xf0\x02\n" +
+	"\x0eSandboxProcess\x12\x10\n" +
+	"\x03pid\x18\x01 \x01(\rR\x03pid\x12\x12\n" +
+	"\x04ppid\x18\x02 \x01(\rR\x04ppid\x12\x12\n" +
+	"\x04argv\x18\x03 \x03(\tR\x04argv\x12%\n" +
+	"\x0eargv_truncated\x18\x04 \x01(\bR\rargvTruncated\x12\x12\n" +
+	"\x04name\x18\x05 \x01(\tR\x04name\x12\x10\n" +
+	"\x03uid\x18\x06 \x01(\rR\x03uid\x12\x12\n" +
+	"\x04user\x18\a \x01(\tR\x04user\x12\x14\n" +
+	"\x05state\x18\b \x01(\tR\x05state\x12\x16\n" +
+	"\x06cgroup\x18\t \x01(\tR\x06cgroup\x12\x18\n" +
+	"\asession\x18\n" +
+	" \x01(\rR\asession\x12/\n" +
+	"\x14started_at_unix_nano\x18\v \x01(\x03R\x11startedAtUnixNano\x12\x18\n" +
+	"\atracked\x18\f \x01(\bR\atracked\x12\x10\n" +
+	"\x03tag\x18\r \x01(\tR\x03tag\x12\x1e\n" +
+	"\n" +
+	"background\x18\x0e \x01(\bR\n" +
+	"background\"<\n" +
+	"\x10SignalAnyRequest\x12\x10\n" +
+	"\x03pid\x18\x01 \x01(\rR\x03pid\x12\x16\n" +
+	"\x06signal\x18\x02 \x01(\x05R\x06signal\"\x13\n" +
+	"\x11SignalAnyResponse\"/\n" +
+	"\x0eKillAllRequest\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x01 \x01(\rR\ttimeoutMs\")\n" +
+	"\x0fKillAllResponse\x12\x16\n" +
+	"\x06killed\x18\x01 \x01(\rR\x06killed\"\x84\x02\n" +
 	"\tEntryInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12.\n" +
@@ -3225,7 +3706,7 @@ const file_airlock_agent_v1_agent_proto_rawDesc = "" +
 	"\x0fWATCH_OP_RENAME\x10\x04\x12\x12\n" +
 	"\x0eWATCH_OP_CHMOD\x10\x052U\n" +
 	"\fAgentService\x12E\n" +
-	"\x04Info\x12\x1d.airlock.agent.v1.InfoRequest\x1a\x1e.airlock.agent.v1.InfoResponse2\xa8\x05\n" +
+	"\x04Info\x12\x1d.airlock.agent.v1.InfoRequest\x1a\x1e.airlock.agent.v1.InfoResponse2\x9e\a\n" +
 	"\x0eProcessService\x12J\n" +
 	"\x05Start\x12\x1e.airlock.agent.v1.StartRequest\x1a\x1f.airlock.agent.v1.StartResponse0\x01\x12P\n" +
 	"\aConnect\x12 .airlock.agent.v1.ConnectRequest\x1a!.airlock.agent.v1.ConnectResponse0\x01\x12E\n" +
@@ -3236,7 +3717,10 @@ const file_airlock_agent_v1_agent_proto_rawDesc = "" +
 	"CloseStdin\x12#.airlock.agent.v1.CloseStdinRequest\x1a$.airlock.agent.v1.CloseStdinResponse\x12W\n" +
 	"\n" +
 	"SendSignal\x12#.airlock.agent.v1.SendSignalRequest\x1a$.airlock.agent.v1.SendSignalResponse\x12K\n" +
-	"\x06Resize\x12\x1f.airlock.agent.v1.ResizeRequest\x1a .airlock.agent.v1.ResizeResponse2\x97\x06\n" +
+	"\x06Resize\x12\x1f.airlock.agent.v1.ResizeRequest\x1a .airlock.agent.v1.ResizeResponse\x12N\n" +
+	"\aListAll\x12 .airlock.agent.v1.ListAllRequest\x1a!.airlock.agent.v1.ListAllResponse\x12T\n" +
+	"\tSignalAny\x12\".airlock.agent.v1.SignalAnyRequest\x1a#.airlock.agent.v1.SignalAnyResponse\x12N\n" +
+	"\aKillAll\x12 .airlock.agent.v1.KillAllRequest\x1a!.airlock.agent.v1.KillAllResponse2\x97\x06\n" +
 	"\vFileService\x12E\n" +
 	"\x04Stat\x12\x1d.airlock.agent.v1.StatRequest\x1a\x1e.airlock.agent.v1.StatResponse\x12N\n" +
 	"\aListDir\x12 .airlock.agent.v1.ListDirRequest\x1a!.airlock.agent.v1.ListDirResponse\x12G\n" +
@@ -3262,7 +3746,7 @@ func file_airlock_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_airlock_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_airlock_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_airlock_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_airlock_agent_v1_agent_proto_goTypes = []any{
 	(ExitStatus)(0),                 // 0: airlock.agent.v1.ExitStatus
 	(FileType)(0),                   // 1: airlock.agent.v1.FileType
@@ -3291,46 +3775,53 @@ var file_airlock_agent_v1_agent_proto_goTypes = []any{
 	(*SendSignalResponse)(nil),      // 24: airlock.agent.v1.SendSignalResponse
 	(*ResizeRequest)(nil),           // 25: airlock.agent.v1.ResizeRequest
 	(*ResizeResponse)(nil),          // 26: airlock.agent.v1.ResizeResponse
-	(*EntryInfo)(nil),               // 27: airlock.agent.v1.EntryInfo
-	(*StatRequest)(nil),             // 28: airlock.agent.v1.StatRequest
-	(*StatResponse)(nil),            // 29: airlock.agent.v1.StatResponse
-	(*ListDirRequest)(nil),          // 30: airlock.agent.v1.ListDirRequest
-	(*ListDirResponse)(nil),         // 31: airlock.agent.v1.ListDirResponse
-	(*ReadRequest)(nil),             // 32: airlock.agent.v1.ReadRequest
-	(*ReadResponse)(nil),            // 33: airlock.agent.v1.ReadResponse
-	(*WriteRequest)(nil),            // 34: airlock.agent.v1.WriteRequest
-	(*WriteResponse)(nil),           // 35: airlock.agent.v1.WriteResponse
-	(*MakeDirRequest)(nil),          // 36: airlock.agent.v1.MakeDirRequest
-	(*MakeDirResponse)(nil),         // 37: airlock.agent.v1.MakeDirResponse
-	(*MoveRequest)(nil),             // 38: airlock.agent.v1.MoveRequest
-	(*MoveResponse)(nil),            // 39: airlock.agent.v1.MoveResponse
-	(*RemoveRequest)(nil),           // 40: airlock.agent.v1.RemoveRequest
-	(*RemoveResponse)(nil),          // 41: airlock.agent.v1.RemoveResponse
-	(*ChmodRequest)(nil),            // 42: airlock.agent.v1.ChmodRequest
-	(*ChmodResponse)(nil),           // 43: airlock.agent.v1.ChmodResponse
-	(*WatchRequest)(nil),            // 44: airlock.agent.v1.WatchRequest
-	(*WatchResponse)(nil),           // 45: airlock.agent.v1.WatchResponse
-	(*ExportChangesRequest)(nil),    // 46: airlock.agent.v1.ExportChangesRequest
-	(*ExportChangesResponse)(nil),   // 47: airlock.agent.v1.ExportChangesResponse
-	nil,                             // 48: airlock.agent.v1.ProcessConfig.EnvEntry
-	(*ProcessEvent_Started)(nil),    // 49: airlock.agent.v1.ProcessEvent.Started
-	(*ProcessEvent_Output)(nil),     // 50: airlock.agent.v1.ProcessEvent.Output
-	(*ProcessEvent_Keepalive)(nil),  // 51: airlock.agent.v1.ProcessEvent.Keepalive
-	(*WatchResponse_Started)(nil),   // 52: airlock.agent.v1.WatchResponse.Started
-	(*WatchResponse_Change)(nil),    // 53: airlock.agent.v1.WatchResponse.Change
-	(*WatchResponse_Keepalive)(nil), // 54: airlock.agent.v1.WatchResponse.Keepalive
+	(*ListAllRequest)(nil),          // 27: airlock.agent.v1.ListAllRequest
+	(*ListAllResponse)(nil),         // 28: airlock.agent.v1.ListAllResponse
+	(*SandboxProcess)(nil),          // 29: airlock.agent.v1.SandboxProcess
+	(*SignalAnyRequest)(nil),        // 30: airlock.agent.v1.SignalAnyRequest
+	(*SignalAnyResponse)(nil),       // 31: airlock.agent.v1.SignalAnyResponse
+	(*KillAllRequest)(nil),          // 32: airlock.agent.v1.KillAllRequest
+	(*KillAllResponse)(nil),         // 33: airlock.agent.v1.KillAllResponse
+	(*EntryInfo)(nil),               // 34: airlock.agent.v1.EntryInfo
+	(*StatRequest)(nil),             // 35: airlock.agent.v1.StatRequest
+	(*StatResponse)(nil),            // 36: airlock.agent.v1.StatResponse
+	(*ListDirRequest)(nil),          // 37: airlock.agent.v1.ListDirRequest
+	(*ListDirResponse)(nil),         // 38: airlock.agent.v1.ListDirResponse
+	(*ReadRequest)(nil),             // 39: airlock.agent.v1.ReadRequest
+	(*ReadResponse)(nil),            // 40: airlock.agent.v1.ReadResponse
+	(*WriteRequest)(nil),            // 41: airlock.agent.v1.WriteRequest
+	(*WriteResponse)(nil),           // 42: airlock.agent.v1.WriteResponse
+	(*MakeDirRequest)(nil),          // 43: airlock.agent.v1.MakeDirRequest
+	(*MakeDirResponse)(nil),         // 44: airlock.agent.v1.MakeDirResponse
+	(*MoveRequest)(nil),             // 45: airlock.agent.v1.MoveRequest
+	(*MoveResponse)(nil),            // 46: airlock.agent.v1.MoveResponse
+	(*RemoveRequest)(nil),           // 47: airlock.agent.v1.RemoveRequest
+	(*RemoveResponse)(nil),          // 48: airlock.agent.v1.RemoveResponse
+	(*ChmodRequest)(nil),            // 49: airlock.agent.v1.ChmodRequest
+	(*ChmodResponse)(nil),           // 50: airlock.agent.v1.ChmodResponse
+	(*WatchRequest)(nil),            // 51: airlock.agent.v1.WatchRequest
+	(*WatchResponse)(nil),           // 52: airlock.agent.v1.WatchResponse
+	(*ExportChangesRequest)(nil),    // 53: airlock.agent.v1.ExportChangesRequest
+	(*ExportChangesResponse)(nil),   // 54: airlock.agent.v1.ExportChangesResponse
+	nil,                             // 55: airlock.agent.v1.ProcessConfig.EnvEntry
+	(*ProcessEvent_Started)(nil),    // 56: airlock.agent.v1.ProcessEvent.Started
+	(*ProcessEvent_Output)(nil),     // 57: airlock.agent.v1.ProcessEvent.Output
+	(*ProcessEvent_Keepalive)(nil),  // 58: airlock.agent.v1.ProcessEvent.Keepalive
+	(*WatchResponse_Started)(nil),   // 59: airlock.agent.v1.WatchResponse.Started
+	(*WatchResponse_Change)(nil),    // 60: airlock.agent.v1.WatchResponse.Change
+	(*WatchResponse_Keepalive)(nil), // 61: airlock.agent.v1.WatchResponse.Keepalive
 }
 var file_airlock_agent_v1_agent_proto_depIdxs = []int32{
-	48, // 0: airlock.agent.v1.ProcessConfig.env:type_name -> airlock.agent.v1.ProcessConfig.EnvEntry
+	55, // 0: airlock.agent.v1.ProcessConfig.env:type_name -> airlock.agent.v1.ProcessConfig.EnvEntry
 	6,  // 1: airlock.agent.v1.ProcessConfig.pty:type_name -> airlock.agent.v1.PtySize
 	5,  // 2: airlock.agent.v1.StartRequest.config:type_name -> airlock.agent.v1.ProcessConfig
 	12, // 3: airlock.agent.v1.StartResponse.event:type_name -> airlock.agent.v1.ProcessEvent
 	7,  // 4: airlock.agent.v1.ConnectRequest.process:type_name -> airlock.agent.v1.ProcessSelector
 	12, // 5: airlock.agent.v1.ConnectResponse.event:type_name -> airlock.agent.v1.ProcessEvent
-	49, // 6: airlock.agent.v1.ProcessEvent.started:type_name -> airlock.agent.v1.ProcessEvent.Started
-	50, // 7: airlock.agent.v1.ProcessEvent.output:type_name -> airlock.agent.v1.ProcessEvent.Output
+	56, // 6: airlock.agent.v1.ProcessEvent.started:type_name -> airlock.agent.v1.ProcessEvent.Started
+	57, // 7: airlock.agent.v1.ProcessEvent.output:type_name -> airlock.agent.v1.ProcessEvent.Output
 	13, // 8: airlock.agent.v1.ProcessEvent.exit:type_name -> airlock.agent.v1.Exit
-	51, // 9: airlock.agent.v1.ProcessEvent.keepalive:type_name -> airlock.agent.v1.ProcessEvent.Keepalive
+	58, // 9: airlock.agent.v1.ProcessEvent.keepalive:type_name -> airlock.agent.v1.ProcessEvent.Keepalive
 	0,  // 10: airlock.agent.v1.Exit.status:type_name -> airlock.agent.v1.ExitStatus
 	16, // 11: airlock.agent.v1.ListResponse.processes:type_name -> airlock.agent.v1.ProcessInfo
 	5,  // 12: airlock.agent.v1.ProcessInfo.config:type_name -> airlock.agent.v1.ProcessConfig
@@ -3340,61 +3831,68 @@ var file_airlock_agent_v1_agent_proto_depIdxs = []int32{
 	7,  // 16: airlock.agent.v1.SendSignalRequest.process:type_name -> airlock.agent.v1.ProcessSelector
 	7,  // 17: airlock.agent.v1.ResizeRequest.process:type_name -> airlock.agent.v1.ProcessSelector
 	6,  // 18: airlock.agent.v1.ResizeRequest.size:type_name -> airlock.agent.v1.PtySize
-	1,  // 19: airlock.agent.v1.EntryInfo.type:type_name -> airlock.agent.v1.FileType
-	27, // 20: airlock.agent.v1.StatResponse.entry:type_name -> airlock.agent.v1.EntryInfo
-	27, // 21: airlock.agent.v1.ListDirResponse.entries:type_name -> airlock.agent.v1.EntryInfo
-	27, // 22: airlock.agent.v1.ReadResponse.entry:type_name -> airlock.agent.v1.EntryInfo
-	27, // 23: airlock.agent.v1.WriteResponse.entry:type_name -> airlock.agent.v1.EntryInfo
-	27, // 24: airlock.agent.v1.MakeDirResponse.entry:type_name -> airlock.agent.v1.EntryInfo
-	27, // 25: airlock.agent.v1.MoveResponse.entry:type_name -> airlock.agent.v1.EntryInfo
-	27, // 26: airlock.agent.v1.ChmodResponse.entry:type_name -> airlock.agent.v1.EntryInfo
-	52, // 27: airlock.agent.v1.WatchResponse.started:type_name -> airlock.agent.v1.WatchResponse.Started
-	53, // 28: airlock.agent.v1.WatchResponse.change:type_name -> airlock.agent.v1.WatchResponse.Change
-	54, // 29: airlock.agent.v1.WatchResponse.keepalive:type_name -> airlock.agent.v1.WatchResponse.Keepalive
-	2,  // 30: airlock.agent.v1.WatchResponse.Change.op:type_name -> airlock.agent.v1.WatchOp
-	3,  // 31: airlock.agent.v1.AgentService.Info:input_type -> airlock.agent.v1.InfoRequest
-	8,  // 32: airlock.agent.v1.ProcessService.Start:input_type -> airlock.agent.v1.StartRequest
-	10, // 33: airlock.agent.v1.ProcessService.Connect:input_type -> airlock.agent.v1.ConnectRequest
-	14, // 34: airlock.agent.v1.ProcessService.List:input_type -> airlock.agent.v1.ListRequest
-	17, // 35: airlock.agent.v1.ProcessService.SendInput:input_type -> airlock.agent.v1.SendInputRequest
-	19, // 36: airlock.agent.v1.ProcessService.StreamInput:input_type -> airlock.agent.v1.StreamInputRequest
-	21, // 37: airlock.agent.v1.ProcessService.CloseStdin:input_type -> airlock.agent.v1.CloseStdinRequest
-	23, // 38: airlock.agent.v1.ProcessService.SendSignal:input_type -> airlock.agent.v1.SendSignalRequest
-	25, // 39: airlock.agent.v1.ProcessService.Resize:input_type -> airlock.agent.v1.ResizeRequest
-	28, // 40: airlock.agent.v1.FileService.Stat:input_type -> airlock.agent.v1.StatRequest
-	30, // 41: airlock.agent.v1.FileService.ListDir:input_type -> airlock.agent.v1.ListDirRequest
-	32, // 42: airlock.agent.v1.FileService.Read:input_type -> airlock.agent.v1.ReadRequest
-	34, // 43: airlock.agent.v1.FileService.Write:input_type -> airlock.agent.v1.WriteRequest
-	36, // 44: airlock.agent.v1.FileService.MakeDir:input_type -> airlock.agent.v1.MakeDirRequest
-	38, // 45: airlock.agent.v1.FileService.Move:input_type -> airlock.agent.v1.MoveRequest
-	40, // 46: airlock.agent.v1.FileService.Remove:input_type -> airlock.agent.v1.RemoveRequest
-	42, // 47: airlock.agent.v1.FileService.Chmod:input_type -> airlock.agent.v1.ChmodRequest
-	44, // 48: airlock.agent.v1.FileService.Watch:input_type -> airlock.agent.v1.WatchRequest
-	46, // 49: airlock.agent.v1.FileService.ExportChanges:input_type -> airlock.agent.v1.ExportChangesRequest
-	4,  // 50: airlock.agent.v1.AgentService.Info:output_type -> airlock.agent.v1.InfoResponse
-	9,  // 51: airlock.agent.v1.ProcessService.Start:output_type -> airlock.agent.v1.StartResponse
-	11, // 52: airlock.agent.v1.ProcessService.Connect:output_type -> airlock.agent.v1.ConnectResponse
-	15, // 53: airlock.agent.v1.ProcessService.List:output_type -> airlock.agent.v1.ListResponse
-	18, // 54: airlock.agent.v1.ProcessService.SendInput:output_type -> airlock.agent.v1.SendInputResponse
-	20, // 55: airlock.agent.v1.ProcessService.StreamInput:output_type -> airlock.agent.v1.StreamInputResponse
-	22, // 56: airlock.agent.v1.ProcessService.CloseStdin:output_type -> airlock.agent.v1.CloseStdinResponse
-	24, // 57: airlock.agent.v1.ProcessService.SendSignal:output_type -> airlock.agent.v1.SendSignalResponse
-	26, // 58: airlock.agent.v1.ProcessService.Resize:output_type -> airlock.agent.v1.ResizeResponse
-	29, // 59: airlock.agent.v1.FileService.Stat:output_type -> airlock.agent.v1.StatResponse
-	31, // 60: airlock.agent.v1.FileService.ListDir:output_type -> airlock.agent.v1.ListDirResponse
-	33, // 61: airlock.agent.v1.FileService.Read:output_type -> airlock.agent.v1.ReadResponse
-	35, // 62: airlock.agent.v1.FileService.Write:output_type -> airlock.agent.v1.WriteResponse
-	37, // 63: airlock.agent.v1.FileService.MakeDir:output_type -> airlock.agent.v1.MakeDirResponse
-	39, // 64: airlock.agent.v1.FileService.Move:output_type -> airlock.agent.v1.MoveResponse
-	41, // 65: airlock.agent.v1.FileService.Remove:output_type -> airlock.agent.v1.RemoveResponse
-	43, // 66: airlock.agent.v1.FileService.Chmod:output_type -> airlock.agent.v1.ChmodResponse
-	45, // 67: airlock.agent.v1.FileService.Watch:output_type -> airlock.agent.v1.WatchResponse
-	47, // 68: airlock.agent.v1.FileService.ExportChanges:output_type -> airlock.agent.v1.ExportChangesResponse
-	50, // [50:69] is the sub-list for method output_type
-	31, // [31:50] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	29, // 19: airlock.agent.v1.ListAllResponse.processes:type_name -> airlock.agent.v1.SandboxProcess
+	1,  // 20: airlock.agent.v1.EntryInfo.type:type_name -> airlock.agent.v1.FileType
+	34, // 21: airlock.agent.v1.StatResponse.entry:type_name -> airlock.agent.v1.EntryInfo
+	34, // 22: airlock.agent.v1.ListDirResponse.entries:type_name -> airlock.agent.v1.EntryInfo
+	34, // 23: airlock.agent.v1.ReadResponse.entry:type_name -> airlock.agent.v1.EntryInfo
+	34, // 24: airlock.agent.v1.WriteResponse.entry:type_name -> airlock.agent.v1.EntryInfo
+	34, // 25: airlock.agent.v1.MakeDirResponse.entry:type_name -> airlock.agent.v1.EntryInfo
+	34, // 26: airlock.agent.v1.MoveResponse.entry:type_name -> airlock.agent.v1.EntryInfo
+	34, // 27: airlock.agent.v1.ChmodResponse.entry:type_name -> airlock.agent.v1.EntryInfo
+	59, // 28: airlock.agent.v1.WatchResponse.started:type_name -> airlock.agent.v1.WatchResponse.Started
+	60, // 29: airlock.agent.v1.WatchResponse.change:type_name -> airlock.agent.v1.WatchResponse.Change
+	61, // 30: airlock.agent.v1.WatchResponse.keepalive:type_name -> airlock.agent.v1.WatchResponse.Keepalive
+	2,  // 31: airlock.agent.v1.WatchResponse.Change.op:type_name -> airlock.agent.v1.WatchOp
+	3,  // 32: airlock.agent.v1.AgentService.Info:input_type -> airlock.agent.v1.InfoRequest
+	8,  // 33: airlock.agent.v1.ProcessService.Start:input_type -> airlock.agent.v1.StartRequest
+	10, // 34: airlock.agent.v1.ProcessService.Connect:input_type -> airlock.agent.v1.ConnectRequest
+	14, // 35: airlock.agent.v1.ProcessService.List:input_type -> airlock.agent.v1.ListRequest
+	17, // 36: airlock.agent.v1.ProcessService.SendInput:input_type -> airlock.agent.v1.SendInputRequest
+	19, // 37: airlock.agent.v1.ProcessService.StreamInput:input_type -> airlock.agent.v1.StreamInputRequest
+	21, // 38: airlock.agent.v1.ProcessService.CloseStdin:input_type -> airlock.agent.v1.CloseStdinRequest
+	23, // 39: airlock.agent.v1.ProcessService.SendSignal:input_type -> airlock.agent.v1.SendSignalRequest
+	25, // 40: airlock.agent.v1.ProcessService.Resize:input_type -> airlock.agent.v1.ResizeRequest
+	27, // 41: airlock.agent.v1.ProcessService.ListAll:input_type -> airlock.agent.v1.ListAllRequest
+	30, // 42: airlock.agent.v1.ProcessService.SignalAny:input_type -> airlock.agent.v1.SignalAnyRequest
+	32, // 43: airlock.agent.v1.ProcessService.KillAll:input_type -> airlock.agent.v1.KillAllRequest
+	35, // 44: airlock.agent.v1.FileService.Stat:input_type -> airlock.agent.v1.StatRequest
+	37, // 45: airlock.agent.v1.FileService.ListDir:input_type -> airlock.agent.v1.ListDirRequest
+	39, // 46: airlock.agent.v1.FileService.Read:input_type -> airlock.agent.v1.ReadRequest
+	41, // 47: airlock.agent.v1.FileService.Write:input_type -> airlock.agent.v1.WriteRequest
+	43, // 48: airlock.agent.v1.FileService.MakeDir:input_type -> airlock.agent.v1.MakeDirRequest
+	45, // 49: airlock.agent.v1.FileService.Move:input_type -> airlock.agent.v1.MoveRequest
+	47, // 50: airlock.agent.v1.FileService.Remove:input_type -> airlock.agent.v1.RemoveRequest
+	49, // 51: airlock.agent.v1.FileService.Chmod:input_type -> airlock.agent.v1.ChmodRequest
+	51, // 52: airlock.agent.v1.FileService.Watch:input_type -> airlock.agent.v1.WatchRequest
+	53, // 53: airlock.agent.v1.FileService.ExportChanges:input_type -> airlock.agent.v1.ExportChangesRequest
+	4,  // 54: airlock.agent.v1.AgentService.Info:output_type -> airlock.agent.v1.InfoResponse
+	9,  // 55: airlock.agent.v1.ProcessService.Start:output_type -> airlock.agent.v1.StartResponse
+	11, // 56: airlock.agent.v1.ProcessService.Connect:output_type -> airlock.agent.v1.ConnectResponse
+	15, // 57: airlock.agent.v1.ProcessService.List:output_type -> airlock.agent.v1.ListResponse
+	18, // 58: airlock.agent.v1.ProcessService.SendInput:output_type -> airlock.agent.v1.SendInputResponse
+	20, // 59: airlock.agent.v1.ProcessService.StreamInput:output_type -> airlock.agent.v1.StreamInputResponse
+	22, // 60: airlock.agent.v1.ProcessService.CloseStdin:output_type -> airlock.agent.v1.CloseStdinResponse
+	24, // 61: airlock.agent.v1.ProcessService.SendSignal:output_type -> airlock.agent.v1.SendSignalResponse
+	26, // 62: airlock.agent.v1.ProcessService.Resize:output_type -> airlock.agent.v1.ResizeResponse
+	28, // 63: airlock.agent.v1.ProcessService.ListAll:output_type -> airlock.agent.v1.ListAllResponse
+	31, // 64: airlock.agent.v1.ProcessService.SignalAny:output_type -> airlock.agent.v1.SignalAnyResponse
+	33, // 65: airlock.agent.v1.ProcessService.KillAll:output_type -> airlock.agent.v1.KillAllResponse
+	36, // 66: airlock.agent.v1.FileService.Stat:output_type -> airlock.agent.v1.StatResponse
+	38, // 67: airlock.agent.v1.FileService.ListDir:output_type -> airlock.agent.v1.ListDirResponse
+	40, // 68: airlock.agent.v1.FileService.Read:output_type -> airlock.agent.v1.ReadResponse
+	42, // 69: airlock.agent.v1.FileService.Write:output_type -> airlock.agent.v1.WriteResponse
+	44, // 70: airlock.agent.v1.FileService.MakeDir:output_type -> airlock.agent.v1.MakeDirResponse
+	46, // 71: airlock.agent.v1.FileService.Move:output_type -> airlock.agent.v1.MoveResponse
+	48, // 72: airlock.agent.v1.FileService.Remove:output_type -> airlock.agent.v1.RemoveResponse
+	50, // 73: airlock.agent.v1.FileService.Chmod:output_type -> airlock.agent.v1.ChmodResponse
+	52, // 74: airlock.agent.v1.FileService.Watch:output_type -> airlock.agent.v1.WatchResponse
+	54, // 75: airlock.agent.v1.FileService.ExportChanges:output_type -> airlock.agent.v1.ExportChangesResponse
+	54, // [54:76] is the sub-list for method output_type
+	32, // [32:54] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_airlock_agent_v1_agent_proto_init() }
@@ -3412,12 +3910,12 @@ func file_airlock_agent_v1_agent_proto_init() {
 		(*ProcessEvent_Exit)(nil),
 		(*ProcessEvent_Keepalive_)(nil),
 	}
-	file_airlock_agent_v1_agent_proto_msgTypes[42].OneofWrappers = []any{
+	file_airlock_agent_v1_agent_proto_msgTypes[49].OneofWrappers = []any{
 		(*WatchResponse_Started_)(nil),
 		(*WatchResponse_Change_)(nil),
 		(*WatchResponse_Keepalive_)(nil),
 	}
-	file_airlock_agent_v1_agent_proto_msgTypes[47].OneofWrappers = []any{
+	file_airlock_agent_v1_agent_proto_msgTypes[54].OneofWrappers = []any{
 		(*ProcessEvent_Output_Stdout)(nil),
 		(*ProcessEvent_Output_Stderr)(nil),
 	}
@@ -3427,7 +3925,7 @@ func file_airlock_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_airlock_agent_v1_agent_proto_rawDesc), len(file_airlock_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   52,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

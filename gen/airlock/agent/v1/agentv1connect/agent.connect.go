@@ -63,6 +63,13 @@ const (
 	ProcessServiceSendSignalProcedure = "/airlock.agent.v1.ProcessService/SendSignal"
 	// ProcessServiceResizeProcedure is the fully-qualified name of the ProcessService's Resize RPC.
 	ProcessServiceResizeProcedure = "/airlock.agent.v1.ProcessService/Resize"
+	// ProcessServiceListAllProcedure is the fully-qualified name of the ProcessService's ListAll RPC.
+	ProcessServiceListAllProcedure = "/airlock.agent.v1.ProcessService/ListAll"
+	// ProcessServiceSignalAnyProcedure is the fully-qualified name of the ProcessService's SignalAny
+	// RPC.
+	ProcessServiceSignalAnyProcedure = "/airlock.agent.v1.ProcessService/SignalAny"
+	// ProcessServiceKillAllProcedure is the fully-qualified name of the ProcessService's KillAll RPC.
+	ProcessServiceKillAllProcedure = "/airlock.agent.v1.ProcessService/KillAll"
 	// FileServiceStatProcedure is the fully-qualified name of the FileService's Stat RPC.
 	FileServiceStatProcedure = "/airlock.agent.v1.FileService/Stat"
 	// FileServiceListDirProcedure is the fully-qualified name of the FileService's ListDir RPC.
@@ -181,6 +188,19 @@ type ProcessServiceClient interface {
 	SendSignal(context.Context, *connect.Request[v1.SendSignalRequest]) (*connect.Response[v1.SendSignalResponse], error)
 	// Resize changes the size of a process's terminal.
 	Resize(context.Context, *connect.Request[v1.ResizeRequest]) (*connect.Response[v1.ResizeResponse], error)
+	// ListAll lists every process of the sandbox but the agent itself, read
+	// from /proc: also those the agent did not start (children, daemons,
+	// orphans). The answer is capped (see ListAllResponse).
+	ListAll(context.Context, *connect.Request[v1.ListAllRequest]) (*connect.Response[v1.ListAllResponse], error)
+	// SignalAny signals one process of the sandbox by pid, whether or not
+	// the agent started it. A process the agent started is signalled as
+	// SendSignal does (SIGKILL kills its whole tree); any other one alone.
+	SignalAny(context.Context, *connect.Request[v1.SignalAnyRequest]) (*connect.Response[v1.SignalAnyResponse], error)
+	// KillAll kills every process of the sandbox but the agent: every
+	// process tree the agent started, and whatever else is left, until none
+	// is left and every one has been reaped (its pid is free again) or the
+	// timeout passes (DeadlineExceeded, saying how many are left).
+	KillAll(context.Context, *connect.Request[v1.KillAllRequest]) (*connect.Response[v1.KillAllResponse], error)
 }
 
 // NewProcessServiceClient constructs a client for the airlock.agent.v1.ProcessService service. By
@@ -242,6 +262,24 @@ func NewProcessServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(processServiceMethods.ByName("Resize")),
 			connect.WithClientOptions(opts...),
 		),
+		listAll: connect.NewClient[v1.ListAllRequest, v1.ListAllResponse](
+			httpClient,
+			baseURL+ProcessServiceListAllProcedure,
+			connect.WithSchema(processServiceMethods.ByName("ListAll")),
+			connect.WithClientOptions(opts...),
+		),
+		signalAny: connect.NewClient[v1.SignalAnyRequest, v1.SignalAnyResponse](
+			httpClient,
+			baseURL+ProcessServiceSignalAnyProcedure,
+			connect.WithSchema(processServiceMethods.ByName("SignalAny")),
+			connect.WithClientOptions(opts...),
+		),
+		killAll: connect.NewClient[v1.KillAllRequest, v1.KillAllResponse](
+			httpClient,
+			baseURL+ProcessServiceKillAllProcedure,
+			connect.WithSchema(processServiceMethods.ByName("KillAll")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -255,6 +293,9 @@ type processServiceClient struct {
 	closeStdin  *connect.Client[v1.CloseStdinRequest, v1.CloseStdinResponse]
 	sendSignal  *connect.Client[v1.SendSignalRequest, v1.SendSignalResponse]
 	resize      *connect.Client[v1.ResizeRequest, v1.ResizeResponse]
+	listAll     *connect.Client[v1.ListAllRequest, v1.ListAllResponse]
+	signalAny   *connect.Client[v1.SignalAnyRequest, v1.SignalAnyResponse]
+	killAll     *connect.Client[v1.KillAllRequest, v1.KillAllResponse]
 }
 
 // Start calls airlock.agent.v1.ProcessService.Start.
@@ -297,6 +338,21 @@ func (c *processServiceClient) Resize(ctx context.Context, req *connect.Request[
 	return c.resize.CallUnary(ctx, req)
 }
 
+// ListAll calls airlock.agent.v1.ProcessService.ListAll.
+func (c *processServiceClient) ListAll(ctx context.Context, req *connect.Request[v1.ListAllRequest]) (*connect.Response[v1.ListAllResponse], error) {
+	return c.listAll.CallUnary(ctx, req)
+}
+
+// SignalAny calls airlock.agent.v1.ProcessService.SignalAny.
+func (c *processServiceClient) SignalAny(ctx context.Context, req *connect.Request[v1.SignalAnyRequest]) (*connect.Response[v1.SignalAnyResponse], error) {
+	return c.signalAny.CallUnary(ctx, req)
+}
+
+// KillAll calls airlock.agent.v1.ProcessService.KillAll.
+func (c *processServiceClient) KillAll(ctx context.Context, req *connect.Request[v1.KillAllRequest]) (*connect.Response[v1.KillAllResponse], error) {
+	return c.killAll.CallUnary(ctx, req)
+}
+
 // ProcessServiceHandler is an implementation of the airlock.agent.v1.ProcessService service.
 type ProcessServiceHandler interface {
 	// Start runs a process. The stream's first event is `started`, then
@@ -320,6 +376,19 @@ type ProcessServiceHandler interface {
 	SendSignal(context.Context, *connect.Request[v1.SendSignalRequest]) (*connect.Response[v1.SendSignalResponse], error)
 	// Resize changes the size of a process's terminal.
 	Resize(context.Context, *connect.Request[v1.ResizeRequest]) (*connect.Response[v1.ResizeResponse], error)
+	// ListAll lists every process of the sandbox but the agent itself, read
+	// from /proc: also those the agent did not start (children, daemons,
+	// orphans). The answer is capped (see ListAllResponse).
+	ListAll(context.Context, *connect.Request[v1.ListAllRequest]) (*connect.Response[v1.ListAllResponse], error)
+	// SignalAny signals one process of the sandbox by pid, whether or not
+	// the agent started it. A process the agent started is signalled as
+	// SendSignal does (SIGKILL kills its whole tree); any other one alone.
+	SignalAny(context.Context, *connect.Request[v1.SignalAnyRequest]) (*connect.Response[v1.SignalAnyResponse], error)
+	// KillAll kills every process of the sandbox but the agent: every
+	// process tree the agent started, and whatever else is left, until none
+	// is left and every one has been reaped (its pid is free again) or the
+	// timeout passes (DeadlineExceeded, saying how many are left).
+	KillAll(context.Context, *connect.Request[v1.KillAllRequest]) (*connect.Response[v1.KillAllResponse], error)
 }
 
 // NewProcessServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -377,6 +446,24 @@ func NewProcessServiceHandler(svc ProcessServiceHandler, opts ...connect.Handler
 		connect.WithSchema(processServiceMethods.ByName("Resize")),
 		connect.WithHandlerOptions(opts...),
 	)
+	processServiceListAllHandler := connect.NewUnaryHandler(
+		ProcessServiceListAllProcedure,
+		svc.ListAll,
+		connect.WithSchema(processServiceMethods.ByName("ListAll")),
+		connect.WithHandlerOptions(opts...),
+	)
+	processServiceSignalAnyHandler := connect.NewUnaryHandler(
+		ProcessServiceSignalAnyProcedure,
+		svc.SignalAny,
+		connect.WithSchema(processServiceMethods.ByName("SignalAny")),
+		connect.WithHandlerOptions(opts...),
+	)
+	processServiceKillAllHandler := connect.NewUnaryHandler(
+		ProcessServiceKillAllProcedure,
+		svc.KillAll,
+		connect.WithSchema(processServiceMethods.ByName("KillAll")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/airlock.agent.v1.ProcessService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ProcessServiceStartProcedure:
@@ -395,6 +482,12 @@ func NewProcessServiceHandler(svc ProcessServiceHandler, opts ...connect.Handler
 			processServiceSendSignalHandler.ServeHTTP(w, r)
 		case ProcessServiceResizeProcedure:
 			processServiceResizeHandler.ServeHTTP(w, r)
+		case ProcessServiceListAllProcedure:
+			processServiceListAllHandler.ServeHTTP(w, r)
+		case ProcessServiceSignalAnyProcedure:
+			processServiceSignalAnyHandler.ServeHTTP(w, r)
+		case ProcessServiceKillAllProcedure:
+			processServiceKillAllHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -434,6 +527,18 @@ func (UnimplementedProcessServiceHandler) SendSignal(context.Context, *connect.R
 
 func (UnimplementedProcessServiceHandler) Resize(context.Context, *connect.Request[v1.ResizeRequest]) (*connect.Response[v1.ResizeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("airlock.agent.v1.ProcessService.Resize is not implemented"))
+}
+
+func (UnimplementedProcessServiceHandler) ListAll(context.Context, *connect.Request[v1.ListAllRequest]) (*connect.Response[v1.ListAllResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("airlock.agent.v1.ProcessService.ListAll is not implemented"))
+}
+
+func (UnimplementedProcessServiceHandler) SignalAny(context.Context, *connect.Request[v1.SignalAnyRequest]) (*connect.Response[v1.SignalAnyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("airlock.agent.v1.ProcessService.SignalAny is not implemented"))
+}
+
+func (UnimplementedProcessServiceHandler) KillAll(context.Context, *connect.Request[v1.KillAllRequest]) (*connect.Response[v1.KillAllResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("airlock.agent.v1.ProcessService.KillAll is not implemented"))
 }
 
 // FileServiceClient is a client for the airlock.agent.v1.FileService service.

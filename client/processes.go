@@ -1,0 +1,199 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Process is one process of a sandbox: any process in it, not only those
+// started through Exec.
+type Process struct {
+	// PID is the process id inside the sandbox; PPID its parent's (1, the
+	// sandbox's agent, for the processes it started and for orphans).
+	PID, PPID int
+	// Cmd is the command line, empty for a zombie; CmdTruncated is set
+	// when the server cut it (64 arguments, 4 KiB).
+	Cmd          []string
+	CmdTruncated bool
+	// Name is the executable's name as the kernel keeps it (15 bytes).
+	Name string
+	// UID is the real uid inside the sandbox; User its account name, when
+	// known.
+	UID  int
+	User string
+	// State is running, sleeping, disk-sleep, stopped, tracing-stop,
+	// zombie, dead, idle, ... or unknown.
+	State string
+	// Cgroup is the process's cgroup inside the sandbox: /work/cN for the
+	// Nth process tree started in it.
+	Cgroup string
+	// Session is the pid of the started process whose tree holds this one.
+	Session   int
+	StartedAt time.Time
+	// StartedByAgent is set for a process the sandbox's agent started and
+	// tracks (an exec, a background process, a code context's kernel):
+	// FollowProcess works on it. Tag and Background are its own.
+	StartedByAgent bool
+	Tag            string
+	Background     bool
+}
+
+// ProcessList is what ListProcesses returns.
+type ProcessList struct {
+	Processes []Process
+	// Total counts every process of the sandbox (its agent excluded);
+	// Truncated is set when the list left some out (more than 4096).
+	Total     int
+	Truncated bool
+}
+
+type processBody struct {
+	PID            int       `json:"pid"`
+	PPID           int       `json:"ppid"`
+	Cmd            []string  `json:"cmd"`
+	CmdTruncated   bool      `json:"cmd_truncated"`
+	Name           string    `json:"name"`
+	UID            int       `json:"uid"`
+	User           string    `json:"user"`
+	State          string    `json:"state"`
+	Cgroup         string    `json:"cgroup"`
+	Session        int       `json:"session"`
+	StartedAt      time.Time `json:"started_at"`
+	StartedByAgent bool      `json:"started_by_agent"`
+	Tag            string    `json:"tag"`
+	Background     bool      `json:"background"`
+}
+
+// ListProcesses lists every process of sandbox id but its agent, ordered
+// by pid.
+func (c *Client) ListProcesses(ctx context.Context, id string) (*ProcessList, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	var out struct {
+		Processes []processBody `json:"processes"`
+		Total     int           `json:"total"`
+		Truncated bool          `json:"truncated"`
+	}
+	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "/processes"), nil, nil, &out, http.StatusOK); err != nil {
+		return nil, err
+	}
+	l := &ProcessList{Total: out.Total, Truncated: out.Truncated, Processes: make([]Process, 0, len(out.Processes))}
+	for _, p := range out.Processes {
+		l.Processes = append(l.Processes, Process(p))
+	}
+	return l, nil
+}
+
+// checkPID refuses a pid that cannot name a process.
+func checkPID(pid int) error {
+	if pid < 1 {
+		return fmt.Errorf("airlock: pid %d is not a process id: %w", pid, ErrInvalid)
+	}
+	return nil
+}
+
+// processPath is the path of process pid of sandbox id plus suffix.
+func processPath(id string, pid int, suffix string) string {
+	return sandboxPath(id, "/processes/"+strconv.Itoa(pid)+suffix)
+}
+
+// SignalProcess sends a signal to process pid of sandbox id, whoever
+// started it. signal is a name (TERM, SIGKILL) or a number (1..64); the
+// server checks it. SIGKILL to a process the agent started kills its whole
+// tree.
+func (c *Client) SignalProcess(ctx context.Context, id string, pid int, signal string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if err := checkPID(pid); err != nil {
+		return err
+	}
+	if signal == "" {
+		return fmt.Errorf("airlock: a signal is required: %w", ErrInvalid)
+	}
+	in := map[string]string{"signal": signal}
+	return c.doJSON(ctx, http.MethodPost, processPath(id, pid, "/signal"), nil, in, nil, http.StatusNoContent)
+}
+
+// KillAllProcesses kills every process of sandbox id but its agent and
+// returns how many it killed once all of them are gone: a sandbox whose
+// processes took every pid (a fork bomb) runs commands again. wait bounds
+// the server's wait for the last one (0: 10 s; at most 60 s, rounded up
+// to seconds); past it the error is ErrTimeout.
+func (c *Client) KillAllProcesses(ctx context.Context, id string, wait time.Duration) (int, error) {
+	if err := checkID(id); err != nil {
+		return 0, err
+	}
+	if wait < 0 || wait > time.Minute {
+		return 0, fmt.Errorf("airlock: kill-all wait %v is not within 0..1m: %w", wait, ErrInvalid)
+	}
+	in := map[string]int64{}
+	if wait > 0 {
+		in["timeout_s"] = seconds(wait)
+	}
+	var out struct {
+		Killed int `json:"killed"`
+	}
+	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "/processes/kill"), nil, in, &out, http.StatusOK); err != nil {
+		return 0, err
+	}
+	return out.Killed, nil
+}
+
+// FollowProcess attaches to process pid of sandbox id, which its agent
+// started (Process.StartedByAgent: a background process, a code context's
+// kernel), and calls onOutput with the output it writes from now on, as
+// ExecStream does, until it exits; it returns the process's result
+// (without output). Ending ctx, or onOutput failing, detaches: the
+// process keeps running.
+func (c *Client) FollowProcess(ctx context.Context, id string, pid int, onOutput func(s Stream, data []byte) error) (*ExecResult, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	if err := checkPID(pid); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, err := c.newRequest(ctx, http.MethodGet, processPath(id, pid, "/output"), nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/x-ndjson")
+	resp, err := c.send(req, http.StatusOK)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var res *ExecResult
+	err = readStream(resp.Body, "process output", maxStreamLine, func(line *streamLine) (bool, error) {
+		switch line.Type {
+		case string(Stdout), string(Stderr):
+			data := line.DataB64
+			if line.Data != nil {
+				data = []byte(*line.Data)
+			}
+			if onOutput != nil && len(data) > 0 {
+				return false, onOutput(Stream(line.Type), data)
+			}
+		case "exit":
+			res = line.result()
+			if len(line.Error) > 0 {
+				_ = json.Unmarshal(line.Error, &res.Error)
+			}
+			return true, nil
+		case "error":
+			return true, parseErrDetail(line.Error).apiError("process output stream failed")
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
