@@ -39,9 +39,11 @@
 // mounted, maybe under landlock) uses [Delegated] and [Exec], which only ever
 // use *at system calls relative to those descriptors. On v1 the agent moves
 // the one OS thread that forks into the exec cgroup and back, so the child is
-// born inside it; on v2 it moves the child right after the fork (clone3's
-// CLONE_INTO_CGROUP would close that window, but the sandbox's seccomp
-// filter refuses clone3).
+// born inside it; on v2 it forks with clone3's CLONE_INTO_CGROUP (allowed
+// because the sandbox can make no namespace), which the kernel permits only
+// below the caller's cgroup-namespace root: so on v2 the daemon starts the
+// agent in <id>, the agent roots its namespace there and moves itself into
+// <id>/agent (EnterHome), and the daemon then arms <id> (Sandbox.Arm).
 //
 // # Order of operations
 //

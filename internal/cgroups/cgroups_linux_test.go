@@ -549,8 +549,9 @@ func freezerHier(m *Manager) mountedHier {
 }
 
 // TestStartInAgent checks that a process started with StartInAgent begins
-// life in <id>/agent and that no thread of the caller stays in the
-// sandbox's cgroups (a later Kill of the sandbox would kill it).
+// life in <id>/agent (v1) or <id> (v2, where the agent moves itself on:
+// EnterHome) and that no thread of the caller stays in the sandbox's
+// cgroups (a later Kill of the sandbox would kill it).
 func TestStartInAgent(t *testing.T) {
 	forEach(t, func(t *testing.T, m *Manager) {
 		s := create(t, m, Limits{})
@@ -569,7 +570,11 @@ func TestStartInAgent(t *testing.T) {
 		if pid != cmd.Process.Pid {
 			t.Fatalf("pid = %d, want %d", pid, cmd.Process.Pid)
 		}
-		assertIn(t, s, "/proc/"+strconv.Itoa(pid)+"/cgroup", "agent")
+		want := "agent"
+		if m.l.v == V2 {
+			want = ""
+		}
+		assertIn(t, s, "/proc/"+strconv.Itoa(pid)+"/cgroup", want)
 		procs, err := s.Procs()
 		if err != nil || !slices.Equal(procs, []int{pid}) {
 			t.Errorf("sandbox procs = %v, %v; want only the child %d (no thread of the caller)", procs, err, pid)
@@ -640,4 +645,23 @@ func BenchmarkMoveSelf(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestEnterHome: an agent started in <id> moves itself into <id>/agent
+// through its delegation (v2), after which <id> can be armed; on v1 it
+// stays where the daemon put it.
+func TestEnterHome(t *testing.T) {
+	forEach(t, func(t *testing.T, m *Manager) {
+		s := create(t, m, Limits{})
+		a := startAgentIn(t, s, false)
+		a.ok("enterhome")
+		want := "agent"
+		if m.l.v == V1 {
+			want = "" // EnterHome does nothing on v1
+		}
+		assertIn(t, s, "/proc/"+strconv.Itoa(a.cmd.Process.Pid)+"/cgroup", want)
+		if err := s.Arm(); err != nil {
+			t.Fatalf("Arm after EnterHome: %v", err)
+		}
+	})
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"runtime"
 	"sort"
-	"strconv"
 	"sync"
 	"syscall"
 
@@ -275,9 +274,12 @@ func (e *Exec) errClosed() error {
 // Start calls start, which must fork exactly one process and return its pid,
 // so that the process begins life inside the exec cgroup:
 //
-//   - v2: Start calls start and then moves the new process into the exec
-//     cgroup (clone3 with CLONE_INTO_CGROUP would avoid the window, but the
-//     sandbox's seccomp filter refuses clone3). attr is not used.
+//   - v2: Start sets attr's UseCgroupFD and CgroupFD, so that start's
+//     fork is a clone3 with CLONE_INTO_CGROUP: the process is born in the
+//     exec cgroup, or the fork fails. The kernel allows that only while the
+//     caller's cgroup namespace is rooted at <id> or above (see
+//     Sandbox.StartInAgent and EnterHome). attr must be the attributes
+//     start forks with.
 //   - v1: Start runs start on a new goroutine locked to its OS thread,
 //     which it moves into the exec cgroup in every hierarchy (writing the
 //     "0", the calling thread, to "tasks") before start forks on it, and back to <id>/agent
@@ -292,19 +294,11 @@ func (e *Exec) Start(attr *syscall.SysProcAttr, start func() (int, error)) (int,
 		return 0, e.errClosed()
 	}
 	if e.d.v == V2 {
-		// clone3 (CLONE_INTO_CGROUP) is refused by the sandbox's seccomp
-		// filter, which the agent applies to itself, so the child is moved
-		// right after the fork. A child that forks within those
-		// microseconds leaves its early children in work/, still inside
-		// the sandbox's limits.
-		pid, err := start()
-		if err != nil {
-			return pid, err
+		if attr == nil {
+			return 0, fmt.Errorf("cgroups: exec cgroup %s: Start on v2 needs SysProcAttr: %w", e.name, errdefs.ErrInvalidArgument)
 		}
-		if werr := writeAt(e.g.dirs[0].fd, e.g.tab.procs.name, strconv.Itoa(pid)); werr != nil {
-			return pid, sysErr("move process to", e.g.where(e.g.dirs[0], e.g.tab.procs.name), werr)
-		}
-		return pid, nil
+		attr.UseCgroupFD, attr.CgroupFD = true, e.g.dirs[0].fd
+		return start()
 	}
 
 	e.d.mu.RLock()
@@ -448,4 +442,28 @@ func (e *Exec) Close() error {
 		return fmt.Errorf("cgroups: exec cgroup %s still has processes: %w", e.name, errdefs.ErrFailedPrecondition)
 	}
 	return err
+}
+
+// EnterHome moves the calling process into <id>/agent, on v2, through the
+// delegated descriptors that spec describes (they stay open and the
+// caller's); on v1 it does nothing (the daemon started the agent there).
+// The agent's setup stage calls it right after rooting its cgroup
+// namespace at <id>, where the daemon started it (Sandbox.StartInAgent):
+// the kernel checks a move against the namespace of whoever opened
+// cgroup.procs, here one rooted at <id>, which holds both ends.
+func EnterHome(spec string) error {
+	v, es, _, err := parseSpec(spec)
+	if err != nil {
+		return err
+	}
+	if v != V2 {
+		return nil
+	}
+	if len(es) != 1 {
+		return malformed("cgroup spec", "v2 needs exactly one hierarchy")
+	}
+	if err := writeAt(es[0].home, tables[V2].procs.name, "0"); err != nil {
+		return sysErr("move the agent to", "agent/"+tables[V2].procs.name, err)
+	}
+	return nil
 }

@@ -124,6 +124,8 @@ func agentMain(spec string) int {
 		case f[0] == "writelimit":
 			// The agent must not be able to raise its limits.
 			err = d.work.write(d.tab.memLimit, "1099511627776")
+		case f[0] == "enterhome":
+			err = EnterHome(spec)
 		case f[0] == "mkdirhome":
 			err = d.home.mkdir("escape")
 		default:
@@ -189,6 +191,13 @@ type agentProc struct {
 // moves it into <id>/agent the way the daemon does.
 func startAgent(t testing.TB, s *Sandbox) *agentProc {
 	t.Helper()
+	return startAgentIn(t, s, true)
+}
+
+// startAgentIn is startAgent that leaves the agent in <id> unless
+// toAgent.
+func startAgentIn(t testing.TB, s *Sandbox, toAgent bool) *agentProc {
+	t.Helper()
 	del, err := s.Delegate()
 	if err != nil {
 		t.Fatalf("Delegate: %v", err)
@@ -233,6 +242,9 @@ func startAgent(t testing.TB, s *Sandbox) *agentProc {
 	})
 	if err := s.Enter(cmd.Process.Pid); err != nil {
 		t.Fatalf("Enter: %v", err)
+	}
+	if !toAgent {
+		return a
 	}
 	if err := s.MoveToAgent(cmd.Process.Pid); err != nil {
 		t.Fatalf("MoveToAgent: %v", err)

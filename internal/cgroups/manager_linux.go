@@ -313,6 +313,23 @@ func (s *Sandbox) limitOne(g *group, mem, pids int64) error {
 // arm, on v2, enables memory and pids for <id>'s children (and memory for
 // exec cgroups below work/) and applies the limits of agent/ and work/. It is
 // idempotent and a no-op on v1.
+// Arm enables, on v2, the memory and pids controllers for <id>'s children
+// and writes the limits of work/; the kernel refuses that while <id> holds
+// a process, so the daemon calls it once the agent has moved itself into
+// <id>/agent (see StartInAgent). It does nothing on v1, where Create
+// wrote every limit.
+func (s *Sandbox) Arm() error {
+	if s.m.l.v != V2 {
+		return nil
+	}
+	g, err := s.open()
+	if err != nil {
+		return err
+	}
+	defer g.close()
+	return s.arm(g)
+}
+
 func (s *Sandbox) arm(g *group) error {
 	if s.m.l.v != V2 {
 		return nil
@@ -405,17 +422,23 @@ func (s *Sandbox) Enter(pid int) error {
 
 // StartInAgent calls start, which must fork exactly one process and return
 // its pid, so that the process begins life in <id>/agent in every hierarchy
-// (and then, on v2, applies the deferred limits; see Create). It is
-// MoveToAgent without the migration, which on v1 costs a wait for an RCU
-// grace period per hierarchy (milliseconds under load):
+// on v1, in <id> on v2 (see below). It is MoveToAgent without the
+// migration, which on v1 costs a wait for an RCU grace period per
+// hierarchy (milliseconds under load):
 //
 //   - v1: start runs on a new goroutine locked to its OS thread; the thread
 //     moves itself into <id>/agent (writing "0" to "tasks", which skips the
 //     global lock) and forks there. The goroutine then exits still locked,
 //     so Go ends the thread instead of returning it to the daemon's pool.
-//   - v2: start forks straight into <id>/agent with clone3
+//   - v2: start forks straight into <id> itself with clone3
 //     (CLONE_INTO_CGROUP): attr gets UseCgroupFD and CgroupFD, which stay
-//     valid until StartInAgent returns.
+//     valid until StartInAgent returns. The agent roots its cgroup
+//     namespace there and moves itself into <id>/agent (EnterHome); only
+//     then can <id> enable controllers for its children, which the caller
+//     does with Arm. The kernel lets a process place another (a move, or
+//     CLONE_INTO_CGROUP) only between cgroups below its cgroup namespace's
+//     root: rooted at <id>/agent, the agent could not place its commands
+//     in <id>/work.
 func (s *Sandbox) StartInAgent(attr *syscall.SysProcAttr, start func() (int, error)) (int, error) {
 	g, err := s.open()
 	if err != nil {
@@ -427,29 +450,22 @@ func (s *Sandbox) StartInAgent(attr *syscall.SysProcAttr, start func() (int, err
 		return 0, err
 	}
 	defer a.close()
-	var pid int
 	if s.m.l.v == V2 {
 		if attr == nil {
 			return 0, fmt.Errorf("cgroups: StartInAgent on v2 needs SysProcAttr: %w", errdefs.ErrInvalidArgument)
 		}
-		attr.UseCgroupFD, attr.CgroupFD = true, a.dirs[0].fd
-		if pid, err = start(); err != nil {
-			return pid, err
-		}
-	} else {
-		// The thread leaves for the parent, which nothing kills or
-		// freezes, and ends: a Kill of the sandbox can never catch a
-		// thread of the daemon.
-		parent, err := s.m.group(s.m.parent)
-		if err != nil {
-			return 0, err
-		}
-		defer parent.close()
-		if pid, err = forkIn(a, parent, false, start); err != nil {
-			return pid, err
-		}
+		attr.UseCgroupFD, attr.CgroupFD = true, g.dirs[0].fd
+		return start()
 	}
-	return pid, s.arm(g)
+	// The thread leaves for the parent, which nothing kills or freezes,
+	// and ends: a Kill of the sandbox can never catch a thread of the
+	// daemon.
+	parent, err := s.m.group(s.m.parent)
+	if err != nil {
+		return 0, err
+	}
+	defer parent.close()
+	return forkIn(a, parent, false, start)
 }
 
 // MoveToAgent moves the process pid into <id>/agent in every hierarchy (and,
@@ -534,9 +550,6 @@ func (s *Sandbox) Delegate() (*Delegation, error) {
 		return nil, err
 	}
 	defer g.close()
-	if err := s.arm(g); err != nil {
-		return nil, err
-	}
 	work, err := g.sub("work")
 	if err != nil {
 		return nil, err

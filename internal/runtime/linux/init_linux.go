@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/cgroups"
 	"github.com/airlock-sandbox/airlock/internal/confine"
 )
 
@@ -155,6 +156,14 @@ func setupStage() int {
 	}
 	if err := closeNamespaces(nsLimits); err != nil {
 		return fail(fmt.Errorf("namespace limits: %w", err))
+	}
+	// On cgroup v2 the daemon started the agent in <id> itself, so that
+	// the namespace just made is rooted there and holds work/ as well;
+	// the agent now moves into <id>/agent (a no-op on v1).
+	if cfg.CgroupSpec != "" {
+		if err := cgroups.EnterHome(cfg.CgroupSpec); err != nil {
+			return fail(fmt.Errorf("cgroups: %w", err))
+		}
 	}
 	// Emptying the bounding set on this one thread is much cheaper than
 	// on every thread of the serve stage; the capabilities the agent

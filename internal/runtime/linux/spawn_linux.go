@@ -284,6 +284,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	if err := waitReady(startCtx, statusR); err != nil {
 		return nil, fmt.Errorf("sandbox %s: agent: %w", spec.ID, err)
 	}
+	// v2: the agent has left <id> for <id>/agent (cgroups.EnterHome in
+	// its setup stage), so <id> may now enable controllers for work/ and
+	// take its limits. Nothing has run in the sandbox yet; a sandbox whose
+	// limits do not take is not created.
+	if err := cg.Arm(); err != nil {
+		return nil, fmt.Errorf("sandbox %s: limits: %w", spec.ID, err)
+	}
 	pidStart, err := procStartTime(pid)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: agent exited during start: %w", spec.ID, errdefs.ErrInternal)
