@@ -7,8 +7,9 @@
 // and of sandbox records when the daemon is killed mid-burst, slow and
 // oversized requests (slowloris, trickled bodies, huge headers, a client
 // that stops reading a stream), the caps on execs in flight under a flood
-// of 1,000 concurrent execs (429s and the daemon's peak RSS), a bounded
-// load run and the latency the HTTP API adds to an exec.
+// of 1,000 concurrent execs (429s and the daemon's peak RSS), recovery of a
+// sandbox whose fork bomb took every pid (process list and kill-all), a
+// bounded load run and the latency the HTTP API adds to an exec.
 //
 // Each test daemon runs in a private mount namespace in which the
 // runtime's cgroup parent ("airlock") is a bind mount of a cgroup of the
