@@ -28,7 +28,9 @@ import (
 // but the two the child needs to take its user's ids, and takes the user's
 // filesystem ids and groups; it resolves the working directory itself,
 // inside Root with RESOLVE_IN_ROOT|RESOLVE_NO_MAGICLINKS, as that user;
-// and the child enters the directory through its own descriptor. No lookup
+// it takes the agent's ids back for the fork (the capabilities stay
+// narrowed); and the child enters the directory through its own
+// descriptor. No lookup
 // made for a child can use the agent's privileges or follow a /proc magic
 // link the agent did not pick. Every credential is per thread in Linux; the
 // thread is locked while they differ and gets its own back before it is
@@ -93,15 +95,7 @@ func dropToUser(u User, ids bool) (*threadCreds, error) {
 // filesystem uid goes first: returning it to 0 puts the filesystem
 // capabilities back, and CAP_SETGID was never dropped.
 func (c *threadCreds) restore() error {
-	var errs []error
-	if c.ids {
-		if err := setFSIDs(0, 0); err != nil {
-			errs = append(errs, err)
-		}
-		if err := unix.Setgroups(c.groups); err != nil {
-			errs = append(errs, fmt.Errorf("setgroups: %w", err))
-		}
-	}
+	errs := []error{c.restoreIDs()}
 	hdr := c.hdr
 	if err := unix.Capset(&hdr, &c.caps[0]); err != nil {
 		errs = append(errs, fmt.Errorf("capset: %w", err))
@@ -121,6 +115,26 @@ func setFSIDs(uid, gid int) error {
 	if got, _ := unix.SetfsuidRetUid(-1); got != uid {
 		return fmt.Errorf("setfsuid %d: the thread has %d", uid, got)
 	}
+	return nil
+}
+
+// restoreIDs gives the thread back its filesystem ids and groups, keeping
+// the narrowed capabilities.
+func (c *threadCreds) restoreIDs() error {
+	if !c.ids {
+		return nil
+	}
+	var errs []error
+	if err := setFSIDs(0, 0); err != nil {
+		errs = append(errs, err)
+	}
+	if err := unix.Setgroups(c.groups); err != nil {
+		errs = append(errs, fmt.Errorf("setgroups: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	c.ids = false
 	return nil
 }
 
@@ -157,6 +171,13 @@ func (t *processTable) forkAs(spec *procSpec, attr *syscall.ProcAttr) (pid int, 
 		return 0, err
 	}
 	defer unix.Close(dir)
+	// The fork itself runs as the agent's ids again (capabilities stay
+	// narrowed): on cgroup v2, clone3's CLONE_INTO_CGROUP needs write
+	// access to cgroup.procs files the sandbox's root owns, and the child
+	// takes its user's ids before anything of its own runs.
+	if err := creds.restoreIDs(); err != nil {
+		return 0, fmt.Errorf("restore the forking thread's ids: %w", err)
+	}
 	// The child enters the directory through its own copy of the
 	// descriptor, after it has taken its user's ids.
 	a := *attr

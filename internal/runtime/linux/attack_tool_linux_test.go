@@ -133,6 +133,12 @@ var attacks = map[string]func() error{
 		return os.WriteFile("/proc/sys/kernel/hostname", []byte("pwned"), 0)
 	},
 	"write-sysrq": func() error {
+		// Masked by /dev/null: a write that lands there is harmless (and
+		// allowed where the kernel has no Landlock).
+		var st unix.Stat_t
+		if err := unix.Stat("/proc/sysrq-trigger", &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == unix.Mkdev(1, 3) {
+			return errors.New("masked by /dev/null")
+		}
 		return os.WriteFile("/proc/sysrq-trigger", []byte("h"), 0)
 	},
 	"read-kcore": func() error {

@@ -33,13 +33,21 @@ func sandboxCgroupDirs(t *testing.T, rt *Runtime, id string) []string {
 		t.Fatal(err)
 	}
 	var dirs []string
+	// v2: /sys/fs/cgroup/<parent>/<id>; v1: one per hierarchy.
+	if p := filepath.Join("/sys/fs/cgroup", rt.cfg.CgroupParent, id); isCgroupDir(p) {
+		return []string{p}
+	}
 	for _, e := range ents {
-		p := filepath.Join("/sys/fs/cgroup", e.Name(), rt.cfg.CgroupParent, id)
-		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+		if p := filepath.Join("/sys/fs/cgroup", e.Name(), rt.cfg.CgroupParent, id); isCgroupDir(p) {
 			dirs = append(dirs, p)
 		}
 	}
 	return dirs
+}
+
+func isCgroupDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
 }
 
 // plantDeep starts a setsid'ed sleep in the sandbox, nests a chain of
@@ -82,15 +90,24 @@ func plantDeep(t *testing.T, rt *Runtime, inst *Instance, depth int, freeze bool
 		if err := os.WriteFile(filepath.Join(deepest, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
 			t.Fatalf("move the sleep into %s: %v", deepest, err)
 		}
-		if _, err := os.Stat(filepath.Join(deepest, "freezer.state")); err == nil && freeze {
-			frozen = filepath.Join(deepest, "freezer.state")
+		for _, f := range []string{"freezer.state", "cgroup.freeze"} { // v1, v2
+			if _, err := os.Stat(filepath.Join(deepest, f)); err == nil && freeze {
+				frozen = filepath.Join(deepest, f)
+			}
 		}
+	}
+	freezeTo := func(on bool) error {
+		v := map[bool]string{true: "FROZEN", false: "THAWED"}[on]
+		if filepath.Base(frozen) == "cgroup.freeze" {
+			v = map[bool]string{true: "1", false: "0"}[on]
+		}
+		return os.WriteFile(frozen, []byte(v), 0)
 	}
 	if freeze {
 		if frozen == "" {
-			t.Skip("no v1 freezer hierarchy")
+			t.Skip("no freezer")
 		}
-		if err := os.WriteFile(frozen, []byte("FROZEN"), 0); err != nil {
+		if err := freezeTo(true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -98,7 +115,7 @@ func plantDeep(t *testing.T, rt *Runtime, inst *Instance, depth int, freeze bool
 	agentPid := inst.Pid()
 	t.Cleanup(func() {
 		if frozen != "" {
-			_ = os.WriteFile(frozen, []byte("THAWED"), 0)
+			_ = freezeTo(false)
 		}
 		_ = syscall.Kill(agentPid, syscall.SIGKILL)
 		_ = syscall.Kill(pid, syscall.SIGKILL)

@@ -156,11 +156,12 @@ func isDirIn(rootFD int, path string) bool {
 	return true
 }
 
-// attachLayers returns the overlay lower directories, lowest first. With
-// id-mapped layers (see idmapLayers) it first attaches each mount the
-// daemon passed at mnt/l/<i>, in the sandbox's mount namespace, where
-// overlayfs accepts it; the paths it returns are then relative to mnt.
-// The attached mounts vanish with the old root at pivot_root.
+// attachLayers returns the overlay lower directories, lowest first, as
+// paths relative to mnt: it attaches layer i at mnt/l/<i>, in the sandbox's
+// mount namespace, either the id-mapped mount the daemon passed (see
+// idmapLayers; overlayfs accepts it only once attached here) or, where the
+// layers cannot be id-mapped, a bind of the layer directory. The attached
+// mounts vanish with the old root at pivot_root.
 func attachLayers(cfg *initConfig, mnt string) ([]string, error) {
 	fds := cfg.layerFDs
 	cfg.layerFDs = nil
@@ -169,25 +170,33 @@ func attachLayers(cfg *initConfig, mnt string) ([]string, error) {
 			unix.Close(fd)
 		}
 	}()
-	if !cfg.IDMappedLayers {
-		if len(fds) != 0 {
-			return nil, fmt.Errorf("unexpected layer mounts")
-		}
-		return slices.Clone(cfg.Rootfs.Layers), nil
-	}
-	if len(fds) != len(cfg.Rootfs.Layers) {
-		return nil, fmt.Errorf("%d layer mounts for %d layers", len(fds), len(cfg.Rootfs.Layers))
+	layers := cfg.Rootfs.Layers
+	switch {
+	case !cfg.IDMappedLayers && len(fds) != 0:
+		return nil, fmt.Errorf("unexpected layer mounts")
+	case cfg.IDMappedLayers && len(fds) != len(layers):
+		return nil, fmt.Errorf("%d layer mounts for %d layers", len(fds), len(layers))
 	}
 	if err := os.Mkdir(filepath.Join(mnt, "l"), 0o700); err != nil {
 		return nil, err
 	}
-	lowers := make([]string, len(fds))
-	for i, fd := range fds {
+	// Layers the daemon could not id-map (their filesystem cannot be) are
+	// bound at the same places: either way the overlay's options, which
+	// the sandbox reads in /proc/self/mountinfo, name no host path.
+	lowers := make([]string, len(layers))
+	for i := range layers {
 		rel := "l/" + strconv.Itoa(i)
-		if err := os.Mkdir(filepath.Join(mnt, rel), 0o700); err != nil {
+		dst := filepath.Join(mnt, rel)
+		if err := os.Mkdir(dst, 0o700); err != nil {
 			return nil, err
 		}
-		if err := unix.MoveMount(fd, "", unix.AT_FDCWD, filepath.Join(mnt, rel), unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		var err error
+		if cfg.IDMappedLayers {
+			err = unix.MoveMount(fds[i], "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH)
+		} else {
+			err = unix.Mount(layers[i], dst, "", unix.MS_BIND, "")
+		}
+		if err != nil {
 			return nil, fmt.Errorf("attach layer %d: %w", i, err)
 		}
 		lowers[i] = rel

@@ -1,0 +1,75 @@
+//go:build linux
+
+package vmtest
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The suites of other packages, run in cgroup v2 guests from the shape that
+// failed on v2 hosts: a nested per-service cgroup that another process
+// shares.
+
+// runSuite runs a package's test binary in the guest with args and fails t
+// with the guest's failing tests when it does not pass.
+func runSuite(t *testing.T, vm VM, pkg string, timeout time.Duration, args ...string) {
+	t.Helper()
+	bin := GoTest(t, pkg)
+	name := "/opt/" + pkg[strings.LastIndex(pkg, "/")+1:] + ".test"
+	res := run(t, vm, Guest{
+		Files:    []File{{Guest: name, Host: bin}},
+		FromHost: HostTools,
+		Command:  append([]string{name, "-test.v", "-test.count=1", "-test.timeout=" + timeout.String()}, args...),
+		Timeout:  timeout + 30*time.Second,
+	})
+	if res.ExitCode != 0 {
+		t.Errorf("%s in the guest exited %d; failed: %v\n%s", pkg, res.ExitCode, failedTests(res.Output), res.Output)
+	}
+}
+
+var failRE = regexp.MustCompile(`(?m)^\s*--- FAIL: (\S+)`)
+
+// failedTests lists the tests a -test.v output reports failed.
+func failedTests(out []byte) []string {
+	var names []string
+	for _, m := range failRE.FindAllSubmatch(out, -1) {
+		names = append(names, string(m[1]))
+	}
+	return names
+}
+
+// TestVMCgroups runs internal/cgroups's tests on a v2-only kernel: the v2
+// manager and delegation under a daemon that is not in the root cgroup.
+func TestVMCgroups(t *testing.T) {
+	if inGuest() {
+		t.Skip("on the host only")
+	}
+	forEachKernel(t, func(t *testing.T, vm VM) {
+		runSuite(t, vm, "github.com/airlock-sandbox/airlock/internal/cgroups", 2*time.Minute)
+	})
+}
+
+// vmRuntimeTests are the native runtime's tests that depend on the cgroup
+// version or the kernel: limits, tree kill, the sandbox-wide caps, destroy
+// at any depth, the syscall surface, what /proc/self/cgroup shows, and
+// leaks. The containment suite's many execs take over a minute under TCG:
+// it runs on the host.
+const vmRuntimeTests = "TestConformance/(Lifecycle|Exec|Limits|Recover)|TestAttackForkBomb|TestAttackMemoryBomb|" +
+	"TestAttackInfiniteLoopTreeKilled|TestAttackHostVisibility|TestAttackSyscallsBlocked|TestAttackOutputFlood|" +
+	"TestSandboxCgroupCaps|TestUploadBeyondMemoryCap|TestDestroyDeepCgroupTree|TestNoLeaksAfterCycles"
+
+// TestVMRuntimeLimits runs vmRuntimeTests on a v2-only kernel, the
+// daemon's process in a per-service cgroup another process shares. The
+// host template is the guest's own /usr: busybox and HostTools.
+func TestVMRuntimeLimits(t *testing.T) {
+	if inGuest() {
+		t.Skip("on the host only")
+	}
+	forEachKernel(t, func(t *testing.T, vm VM) {
+		runSuite(t, vm, "github.com/airlock-sandbox/airlock/internal/runtime/linux", 3*time.Minute,
+			"-test.run", vmRuntimeTests, "-test.short")
+	})
+}
