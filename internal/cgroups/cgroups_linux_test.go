@@ -421,11 +421,23 @@ func TestExecOOM(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.OOMKills < 1 || st.PeakMemoryBytes < peak {
-			t.Errorf("Stats = %+v, want OOMKills >= 1 and peak >= %d", st, peak)
+		// The kernel keeps watermarks loosely ("we can live with some
+		// inaccuracy in the watermark", page_counter_try_charge): on v2 the
+		// sandbox's peak came out up to 28 pages below its command's.
+		const slack = 1 << 20
+		if st.OOMKills < 1 || st.PeakMemoryBytes+slack < peak {
+			t.Errorf("Stats = %+v, want OOMKills >= 1 and peak >= %d (less %d of slack)", st, peak, slack)
 		}
 		a.ok("new", "after") // the agent is alive
-		a.ok("close", "hog")
+		// The shell was reaped; the pipeline's other killed process may
+		// still be leaving the cgroup (v2 reports it populated until then).
+		deadline := time.Now().Add(5 * time.Second)
+		for r := a.do("close", "hog"); !strings.HasPrefix(r, "ok"); r = a.do("close", "hog") {
+			if time.Now().After(deadline) || !strings.Contains(r, "still has processes") {
+				t.Fatalf("close hog: %s", r)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	})
 }
 
