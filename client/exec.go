@@ -192,7 +192,18 @@ func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest, onO
 		return nil, err
 	}
 	var res *ExecResult
-	err = streamJSON(ctx, c, sandboxPath(id, "/exec"), b, "exec stream", maxStreamLine, func(line *streamLine) (bool, error) {
+	err = streamJSON(ctx, c, sandboxPath(id, "/exec"), b, "exec stream", maxStreamLine, outputLines(onOutput, &res, "exec stream failed"))
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// outputLines handles the lines of an exec output stream (exec, a
+// followed process): output goes to onOutput, the exit line becomes *res
+// and ends the stream, an error line ends it with that error.
+func outputLines(onOutput func(s Stream, data []byte) error, res **ExecResult, failed string) func(*streamLine) (bool, error) {
+	return func(line *streamLine) (bool, error) {
 		switch line.Type {
 		case string(Stdout), string(Stderr):
 			data := line.DataB64
@@ -203,18 +214,14 @@ func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest, onO
 				return false, onOutput(Stream(line.Type), data)
 			}
 		case "exit":
-			res = line.result()
+			*res = line.result()
 			if len(line.Error) > 0 {
-				_ = json.Unmarshal(line.Error, &res.Error)
+				_ = json.Unmarshal(line.Error, &(*res).Error)
 			}
 			return true, nil
 		case "error":
-			return true, parseErrDetail(line.Error).apiError("exec stream failed")
+			return true, parseErrDetail(line.Error).apiError(failed)
 		}
 		return false, nil
-	})
-	if err != nil {
-		return nil, err
 	}
-	return res, nil
 }

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -14,58 +13,42 @@ import (
 type Process struct {
 	// PID is the process id inside the sandbox; PPID its parent's (1, the
 	// sandbox's agent, for the processes it started and for orphans).
-	PID, PPID int
+	PID  int `json:"pid"`
+	PPID int `json:"ppid"`
 	// Cmd is the command line, empty for a zombie; CmdTruncated is set
 	// when the server cut it (64 arguments, 4 KiB).
-	Cmd          []string
-	CmdTruncated bool
+	Cmd          []string `json:"cmd"`
+	CmdTruncated bool     `json:"cmd_truncated"`
 	// Name is the executable's name as the kernel keeps it (15 bytes).
-	Name string
+	Name string `json:"name"`
 	// UID is the real uid inside the sandbox; User its account name, when
 	// known.
-	UID  int
-	User string
+	UID  int    `json:"uid"`
+	User string `json:"user,omitempty"`
 	// State is running, sleeping, disk-sleep, stopped, tracing-stop,
 	// zombie, dead, idle, ... or unknown.
-	State string
+	State string `json:"state"`
 	// Cgroup is the process's cgroup inside the sandbox: /work/cN for the
 	// Nth process tree started in it.
-	Cgroup string
+	Cgroup string `json:"cgroup,omitempty"`
 	// Session is the pid of the started process whose tree holds this one.
-	Session   int
-	StartedAt time.Time
+	Session   int       `json:"session"`
+	StartedAt time.Time `json:"started_at"`
 	// StartedByAgent is set for a process the sandbox's agent started and
 	// tracks (an exec, a background process, a code context's kernel):
 	// FollowProcess works on it. Tag and Background are its own.
-	StartedByAgent bool
-	Tag            string
-	Background     bool
+	StartedByAgent bool   `json:"started_by_agent"`
+	Tag            string `json:"tag,omitempty"`
+	Background     bool   `json:"background"`
 }
 
-// ProcessList is what ListProcesses returns.
+// ProcessList is what ListProcesses returns, in the API's wire form.
 type ProcessList struct {
-	Processes []Process
+	Processes []Process `json:"processes"`
 	// Total counts every process of the sandbox (its agent excluded);
 	// Truncated is set when the list left some out (more than 4096).
-	Total     int
-	Truncated bool
-}
-
-type processBody struct {
-	PID            int       `json:"pid"`
-	PPID           int       `json:"ppid"`
-	Cmd            []string  `json:"cmd"`
-	CmdTruncated   bool      `json:"cmd_truncated"`
-	Name           string    `json:"name"`
-	UID            int       `json:"uid"`
-	User           string    `json:"user"`
-	State          string    `json:"state"`
-	Cgroup         string    `json:"cgroup"`
-	Session        int       `json:"session"`
-	StartedAt      time.Time `json:"started_at"`
-	StartedByAgent bool      `json:"started_by_agent"`
-	Tag            string    `json:"tag"`
-	Background     bool      `json:"background"`
+	Total     int  `json:"total"`
+	Truncated bool `json:"truncated"`
 }
 
 // ListProcesses lists every process of sandbox id but its agent, ordered
@@ -74,17 +57,9 @@ func (c *Client) ListProcesses(ctx context.Context, id string) (*ProcessList, er
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	var out struct {
-		Processes []processBody `json:"processes"`
-		Total     int           `json:"total"`
-		Truncated bool          `json:"truncated"`
-	}
-	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "/processes"), nil, nil, &out, http.StatusOK); err != nil {
+	l := &ProcessList{}
+	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "/processes"), nil, nil, l, http.StatusOK); err != nil {
 		return nil, err
-	}
-	l := &ProcessList{Total: out.Total, Truncated: out.Truncated, Processes: make([]Process, 0, len(out.Processes))}
-	for _, p := range out.Processes {
-		l.Processes = append(l.Processes, Process(p))
 	}
 	return l, nil
 }
@@ -171,27 +146,7 @@ func (c *Client) FollowProcess(ctx context.Context, id string, pid int, onOutput
 	}
 	defer resp.Body.Close()
 	var res *ExecResult
-	err = readStream(resp.Body, "process output", maxStreamLine, func(line *streamLine) (bool, error) {
-		switch line.Type {
-		case string(Stdout), string(Stderr):
-			data := line.DataB64
-			if line.Data != nil {
-				data = []byte(*line.Data)
-			}
-			if onOutput != nil && len(data) > 0 {
-				return false, onOutput(Stream(line.Type), data)
-			}
-		case "exit":
-			res = line.result()
-			if len(line.Error) > 0 {
-				_ = json.Unmarshal(line.Error, &res.Error)
-			}
-			return true, nil
-		case "error":
-			return true, parseErrDetail(line.Error).apiError("process output stream failed")
-		}
-		return false, nil
-	})
+	err = readStream(resp.Body, "process output", maxStreamLine, outputLines(onOutput, &res, "process output stream failed"))
 	if err != nil {
 		return nil, err
 	}

@@ -29,24 +29,6 @@ const killUsage = `usage:
       processes took every pid (a fork bomb) runs commands again.
 `
 
-// processJSON is the --json form of a process (the API's wire format).
-type processJSON struct {
-	PID            int       `json:"pid"`
-	PPID           int       `json:"ppid"`
-	Cmd            []string  `json:"cmd"`
-	CmdTruncated   bool      `json:"cmd_truncated"`
-	Name           string    `json:"name"`
-	UID            int       `json:"uid"`
-	User           string    `json:"user,omitempty"`
-	State          string    `json:"state"`
-	Cgroup         string    `json:"cgroup,omitempty"`
-	Session        int       `json:"session"`
-	StartedAt      time.Time `json:"started_at"`
-	StartedByAgent bool      `json:"started_by_agent"`
-	Tag            string    `json:"tag,omitempty"`
-	Background     bool      `json:"background"`
-}
-
 func (c *cli) psCmd(ctx context.Context, args []string) (int, error) {
 	fs := c.flags("ps", psUsage)
 	asJSON := fs.Bool("json", false, "print the list as JSON")
@@ -68,21 +50,7 @@ func (c *cli) psCmd(ctx context.Context, args []string) (int, error) {
 		return fail(err)
 	}
 	if *asJSON {
-		out := struct {
-			Processes []processJSON `json:"processes"`
-			Total     int           `json:"total"`
-			Truncated bool          `json:"truncated"`
-		}{Processes: make([]processJSON, 0, len(l.Processes)), Total: l.Total, Truncated: l.Truncated}
-		for _, p := range l.Processes {
-			cmd := p.Cmd
-			if cmd == nil {
-				cmd = []string{}
-			}
-			out.Processes = append(out.Processes, processJSON{PID: p.PID, PPID: p.PPID, Cmd: cmd, CmdTruncated: p.CmdTruncated,
-				Name: p.Name, UID: p.UID, User: p.User, State: p.State, Cgroup: p.Cgroup, Session: p.Session,
-				StartedAt: p.StartedAt.UTC(), StartedByAgent: p.StartedByAgent, Tag: p.Tag, Background: p.Background})
-		}
-		return fail(c.printJSON(out))
+		return fail(c.printJSON(l)) // the API's wire form
 	}
 	rows := make([][]string, 0, len(l.Processes))
 	for _, p := range l.Processes {

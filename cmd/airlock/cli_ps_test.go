@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/client"
 )
 
 // TestCLIProcesses: ps lists what a command left running, kill signals
@@ -15,14 +17,14 @@ func TestCLIProcesses(t *testing.T) {
 	id := e.create()
 	e.ok("", "exec", id, "--", "sh", "-c", "sleep 310 & sleep 311 & exit 0")
 	type psList struct {
-		Processes []processJSON `json:"processes"`
-		Total     int           `json:"total"`
+		Processes []client.Process `json:"processes"`
+		Total     int              `json:"total"`
 	}
 	var ps psList
-	live := func() []processJSON {
+	live := func() []client.Process {
 		t.Helper()
 		ps = decodeJSON[psList](t, e.ok("", "ps", id, "--json").stdout)
-		var out []processJSON
+		var out []client.Process
 		for _, p := range ps.Processes {
 			if p.State != "zombie" {
 				out = append(out, p)
@@ -31,7 +33,7 @@ func TestCLIProcesses(t *testing.T) {
 		return out
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	var procs []processJSON
+	var procs []client.Process
 	for procs = live(); len(procs) != 2 && time.Now().Before(deadline); procs = live() {
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -37,19 +37,7 @@ var attacks = map[string]func() error{
 		}
 		return nil
 	},
-	"clone3": func() error {
-		args := make([]uint64, 11)
-		args[4] = uint64(unix.SIGCHLD) // exit_signal
-		args[0] = unix.CLONE_NEWUSER
-		pid, _, errno := unix.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(&args[0])), uintptr(len(args)*8), 0)
-		if errno != 0 {
-			return errno
-		}
-		if pid == 0 {
-			unix.Exit(0)
-		}
-		return nil
-	},
+	"clone3": func() error { return clone3NS(unix.CLONE_NEWUSER) },
 	// clone3's flags are beyond seccomp; every namespace flag fails on
 	// the sandbox's namespace limits instead (all 0).
 	"clone3-newns":       func() error { return clone3NS(unix.CLONE_NEWNS) },
