@@ -441,6 +441,33 @@ func TestExecOOM(t *testing.T) {
 	})
 }
 
+// TestExecOOMKillsTree: on v2 an OOM kill in a command's cgroup ends the
+// whole command (memory.oom.group), a background sleeper too; the agent
+// lives on.
+func TestExecOOMKillsTree(t *testing.T) {
+	forEach(t, func(t *testing.T, m *Manager) {
+		if m.Version() != V2 || !hasController(t, m, ctrlMemory) {
+			t.Skip("memory.oom.group is v2's, with the memory controller")
+		}
+		s := create(t, m, Limits{MemoryBytes: 64 << 20, AgentMemoryBytes: 256 << 20})
+		a := startAgent(t, s)
+		a.ok("new", "hog")
+		a.ok("start", "hog", "/bin/sh", "-c", "sleep 300 & head -c 200M /dev/zero | tail; wait")
+		if r := a.ok("wait", "hog"); r == "exit status 0" {
+			t.Errorf("memory hog exited normally")
+		}
+		// Without oom.group the sleeper would keep the cgroup busy for 300 s.
+		deadline := time.Now().Add(5 * time.Second)
+		for r := a.do("close", "hog"); !strings.HasPrefix(r, "ok"); r = a.do("close", "hog") {
+			if time.Now().After(deadline) {
+				t.Fatalf("close hog: %s (the OOM kill left part of the command alive)", r)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		a.ok("new", "after") // the agent is alive
+	})
+}
+
 func TestFreezeThaw(t *testing.T) {
 	forEach(t, func(t *testing.T, m *Manager) {
 		s := create(t, m, Limits{})

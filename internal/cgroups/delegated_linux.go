@@ -222,7 +222,31 @@ func (d *Delegated) New(name string) (*Exec, error) {
 		delete(d.live, name)
 		return nil, err
 	}
+	if err := groupOOM(g); err != nil {
+		g.close()
+		for _, w := range d.work.dirs {
+			_ = unix.Unlinkat(w.fd, name, unix.AT_REMOVEDIR)
+		}
+		delete(d.live, name)
+		return nil, err
+	}
 	return &Exec{d: d, name: name, g: g}, nil
+}
+
+// groupOOM makes, on v2, an OOM kill of any process of the exec cgroup g
+// kill its whole tree (memory.oom.group, as Kubernetes does for a
+// container): a command is not left half-killed, and never takes the
+// agent or another command with it. Without the memory controller there
+// (no memory limit), there is nothing to do.
+func groupOOM(g *group) error {
+	if g.v != V2 {
+		return nil
+	}
+	err := g.write(ifile{ctrlMemory, "memory.oom.group"}, "1")
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return err
 }
 
 // Sweep removes exec cgroups under work/ that no Exec holds open and that

@@ -38,6 +38,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(helperEnv); spec != "" {
 		os.Exit(agentMain(spec))
 	}
+	if role := os.Getenv(containerEnv); role != "" {
+		os.Exit(containerMain(role))
+	}
 	code := m.Run()
 	if helperDir != "" {
 		os.RemoveAll(helperDir)

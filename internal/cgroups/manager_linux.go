@@ -91,13 +91,7 @@ func newManager(l layout, parent string, log *slog.Logger) (*Manager, error) {
 	}
 	if l.v == V2 {
 		for i := 0; i <= len(comps); i++ {
-			g, err := m.group(strings.Join(comps[:i], "/"))
-			if err != nil {
-				return nil, err
-			}
-			_, err = g.enable(v2Controllers)
-			g.close()
-			if err != nil {
+			if err := m.enableAt(strings.Join(comps[:i], "/")); err != nil {
 				return nil, err
 			}
 		}

@@ -172,6 +172,10 @@ type mountedHier struct {
 type layout struct {
 	v     Version
 	hiers []mountedHier
+	// root is, on v2, the cgroup at the unified mount's root as
+	// /proc/self/cgroup names cgroups ("/" for a whole hierarchy or a
+	// cgroup namespace's own mount).
+	root string
 }
 
 // detectLayout picks the cgroup version and hierarchies from mounts.
@@ -239,7 +243,7 @@ func detectLayout(mounts []mountInfo, controllersOf func(point string) ([]string
 			}
 		}
 		if len(missing2) == 0 {
-			return layout{v: V2, hiers: []mountedHier{{hier{name: v2Name}, mounts[best].point}}}, nil
+			return layout{v: V2, hiers: []mountedHier{{hier{name: v2Name}, mounts[best].point}}, root: mounts[best].root}, nil
 		}
 	}
 	return layout{}, fmt.Errorf("cgroups: no usable hierarchy (v1 lacks %s; v2 lacks %s): %w",

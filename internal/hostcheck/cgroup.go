@@ -31,15 +31,25 @@ type cgroupView struct {
 	layout cgroups.Layout
 	err    error // mountinfo could not be read or parsed
 
-	// On v2: the daemon's own cgroup, below which sandboxes belong.
-	self      string // its path in the hierarchy, as /proc/self/cgroup names it
+	// On v2: sandboxes go below the cgroup at the unified mount's root
+	// (the hierarchy's root on a host, the namespace's root in a
+	// container with its own cgroup namespace): top.
+	top    cgroupNode
+	topErr error // top could not be read
+	// The daemon's own cgroup, as /proc/self/cgroup names it, and where
+	// it is relative to top ("" for top itself).
+	self, selfRel string
+	selfErr       error // self could not be read
+}
+
+// cgroupNode is what the checks read of one v2 cgroup.
+type cgroupNode struct {
 	dir       string // its directory in the fs.FS
 	isRoot    bool   // the hierarchy's root (no cgroup.type there)
 	typ       string // cgroup.type: domain, threaded, ...
 	available []string
 	enabled   []string
 	procs     []int
-	selfErr   error // the above could not be read
 }
 
 // cgroups computes the view once.
@@ -61,11 +71,12 @@ func (e *env) cgroups() *cgroupView {
 	if v.err != nil || v.layout.Version != cgroups.V2 {
 		return v
 	}
+	v.topErr = v.top.read(e.fsys, fsPath(v.layout.Used[0].Point, ""))
 	v.selfErr = v.readSelf(e)
 	return v
 }
 
-// readSelf fills in the daemon's own v2 cgroup.
+// readSelf finds the daemon's own v2 cgroup relative to top.
 func (v *cgroupView) readSelf(e *env) error {
 	b, err := readSmall(e.fsys, "proc/self/cgroup", 64<<10)
 	if err != nil {
@@ -75,47 +86,61 @@ func (v *cgroupView) readSelf(e *env) error {
 	if err != nil {
 		return err
 	}
-	m := v.layout.Used[0]
-	rel := v.self
-	if m.Root != "/" {
-		r, ok := strings.CutPrefix(v.self, m.Root)
-		if !ok || (r != "" && !strings.HasPrefix(r, "/")) {
-			return fmt.Errorf("the cgroup %s is outside the mounted part %s of the hierarchy: %w", v.self, m.Root, errdefs.ErrFailedPrecondition)
-		}
-		rel = r
-	}
-	if strings.Contains(rel, "/..") {
+	if v.self == "/.." || strings.HasPrefix(v.self, "/../") {
 		return fmt.Errorf("the cgroup %s is outside this cgroup namespace: %w", v.self, errdefs.ErrFailedPrecondition)
 	}
-	v.dir = fsPath(m.Point, rel)
-	if !fs.ValidPath(v.dir) {
-		return fmt.Errorf("cgroup path %q: %w", v.self, errdefs.ErrInvalidArgument)
+	root := strings.TrimSuffix(v.layout.Used[0].Root, "/")
+	r, ok := strings.CutPrefix(v.self, root)
+	if !ok || (r != "" && !strings.HasPrefix(r, "/")) {
+		return fmt.Errorf("the cgroup %s is outside the mounted part %s of the hierarchy: %w", v.self, v.layout.Used[0].Root, errdefs.ErrFailedPrecondition)
 	}
-	t, err := readSmall(e.fsys, path.Join(v.dir, "cgroup.type"), 256)
+	v.selfRel = strings.Trim(r, "/")
+	return nil
+}
+
+// read fills n from the cgroup directory dir.
+func (n *cgroupNode) read(fsys fs.FS, dir string) error {
+	if !fs.ValidPath(dir) {
+		return fmt.Errorf("cgroup path %q: %w", dir, errdefs.ErrInvalidArgument)
+	}
+	n.dir = dir
+	t, err := readSmall(fsys, path.Join(dir, "cgroup.type"), 256)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		v.isRoot = true
+		n.isRoot = true
 	case err != nil:
 		return err
 	default:
-		v.typ = strings.TrimSpace(string(t))
+		n.typ = strings.TrimSpace(string(t))
 	}
-	ctl, err := readSmall(e.fsys, path.Join(v.dir, "cgroup.controllers"), 4096)
+	ctl, err := readSmall(fsys, path.Join(dir, "cgroup.controllers"), 4096)
 	if err != nil {
 		return err
 	}
-	v.available = strings.Fields(string(ctl))
-	sub, err := readSmall(e.fsys, path.Join(v.dir, "cgroup.subtree_control"), 4096)
+	n.available = strings.Fields(string(ctl))
+	sub, err := readSmall(fsys, path.Join(dir, "cgroup.subtree_control"), 4096)
 	if err != nil {
 		return err
 	}
-	v.enabled = strings.Fields(string(sub))
-	procs, err := readSmall(e.fsys, path.Join(v.dir, "cgroup.procs"), 1<<22)
+	n.enabled = strings.Fields(string(sub))
+	procs, err := readSmall(fsys, path.Join(dir, "cgroup.procs"), 1<<22)
 	if err != nil {
 		return err
 	}
-	v.procs, err = parsePids(procs)
+	n.procs, err = parsePids(procs)
 	return err
+}
+
+// where names top for a report.
+func (v *cgroupView) where() string {
+	m := v.layout.Used[0]
+	switch {
+	case v.top.isRoot:
+		return "the root cgroup"
+	case m.Root == "/":
+		return "the root of this cgroup namespace (a container's cgroup)"
+	}
+	return "the cgroup " + m.Root + " mounted at " + m.Point
 }
 
 // parseSelfCgroup returns the v2 path ("0::/path") of a /proc/<pid>/cgroup.
@@ -184,6 +209,9 @@ func checkCgroups(e *env) Check {
 		c.Status = Fail
 		c.Found = fmt.Sprintf("mounts: %s; no usable hierarchy (%s)", mode, v.layout.Unusable)
 		c.Fix = "boot with systemd.unified_cgroup_hierarchy=1 (cgroup v2, with the memory, pids and cpu controllers), or mount the v1 memory, pids, cpu, cpuacct and freezer hierarchies"
+		if len(v2) > 0 {
+			c.Fix = "in a container: have its runtime delegate memory, pids and cpu to its cgroup (enabled in the parent's cgroup.subtree_control; docker and podman do on a v2 host); on a host: " + c.Fix
+		}
 		return c
 	}
 	c.Status = OK
@@ -237,30 +265,27 @@ func checkControllers(e *env) Check {
 			"; optional: " + optionalList(optional, have)
 		return c
 	}
-	if v.selfErr != nil {
-		c.Status, c.Found = Fail, "cannot read the daemon's cgroup: "+v.selfErr.Error()
-		c.Fix = "run the daemon where /proc/self/cgroup names a cgroup of the mounted cgroup2 hierarchy (a systemd service with Delegate=yes, or a container with its own cgroup namespace)"
+	if v.topErr != nil {
+		c.Status, c.Found = Fail, "cannot read the mounted cgroup2's top cgroup: "+v.topErr.Error()
+		c.Fix = "mount cgroup2 where the daemon can read it (/sys/fs/cgroup)"
 		return c
 	}
-	where := "the daemon's cgroup " + v.self
-	if v.isRoot {
-		where = "the root cgroup"
-	}
+	where := v.where()
 	var missing []string
 	for _, ctl := range mandatoryControllers {
-		if !slices.Contains(v.available, ctl) {
+		if !slices.Contains(v.top.available, ctl) {
 			missing = append(missing, ctl)
 		}
 	}
-	c.Found = "available to " + where + ": " + strings.Join(present(mandatoryControllers, v.available), " ")
-	if len(v.enabled) > 0 {
-		c.Found += " (enabled for its children: " + strings.Join(v.enabled, " ") + ")"
+	c.Found = "available to " + where + ": " + strings.Join(present(mandatoryControllers, v.top.available), " ")
+	if len(v.top.enabled) > 0 {
+		c.Found += " (enabled for its children: " + strings.Join(v.top.enabled, " ") + ")"
 	}
-	c.Found += "; optional: " + optionalList(optional, v.available)
+	c.Found += "; optional: " + optionalList(optional, v.top.available)
 	if len(missing) > 0 {
 		c.Status = Fail
 		c.Found = "missing " + strings.Join(missing, ", ") + " in " + where + "; " + c.Found
-		c.Fix = "delegate the " + strings.Join(missing, ", ") + " controller(s) to the daemon's cgroup: run it as a systemd service with Delegate=yes (deploy/airlock.service), or enable them in the parent cgroup's cgroup.subtree_control"
+		c.Fix = "in a container: have the runtime delegate the " + strings.Join(missing, ", ") + " controller(s) to its cgroup (enabled in the parent's cgroup.subtree_control); on a host: boot with systemd.unified_cgroup_hierarchy=1 so that they are on cgroup2"
 		return c
 	}
 	c.Status = OK
@@ -269,7 +294,7 @@ func checkControllers(e *env) Check {
 
 func checkPlacement(e *env) Check {
 	v := e.cgroups()
-	c := Check{Meaning: "sandboxes' cgroups go below the daemon's own cgroup; the kernel lets a non-root cgroup enable controllers for its children only while it holds no process, so the daemon must first move itself (and whatever shares its cgroup) into a leaf"}
+	c := Check{Meaning: "sandboxes' cgroups go in " + cgroups.DefaultParent + "/ at the top of the mounted cgroup2 (outside the daemon's own cgroup, so that they outlive it); the kernel lets a non-root cgroup enable controllers for its children only while it holds no process, so in a container the daemon first moves its cgroup's processes into its leaf " + cgroups.LeafName + "/"}
 	switch {
 	case v.err != nil || v.layout.Version == 0:
 		c.Status, c.Found = Fail, "no usable cgroup hierarchy (see cgroups)"
@@ -279,36 +304,41 @@ func checkPlacement(e *env) Check {
 		c.Status, c.Found = OK, "v1: sandboxes go under airlock/ in each hierarchy, wherever the daemon runs"
 		c.Meaning = "on v1 a cgroup may hold processes and children with limits at once"
 		return c
+	case v.topErr != nil:
+		c.Status, c.Found = Fail, "cannot read the mounted cgroup2's top cgroup: "+v.topErr.Error()
+		c.Fix = "mount cgroup2 where the daemon can read it (/sys/fs/cgroup)"
+		return c
 	case v.selfErr != nil:
 		c.Status, c.Found = Fail, "cannot read the daemon's cgroup: "+v.selfErr.Error()
-		c.Fix = "run the daemon where /proc/self/cgroup names a cgroup of the mounted cgroup2 hierarchy (a systemd service with Delegate=yes, or a container with its own cgroup namespace)"
+		c.Fix = "run the daemon where /proc/self/cgroup names a cgroup of the mounted cgroup2 (on a host, or in a container with its own cgroup namespace and cgroup2 mounted in it)"
 		return c
-	case v.isRoot:
-		c.Status, c.Found = OK, "the root cgroup (no process rule there)"
+	case v.top.isRoot:
+		c.Status, c.Found = OK, "the root cgroup (exempt from the no-internal-process rule); the daemon runs in "+v.self
 		return c
-	}
-	if v.typ != "domain" {
+	case v.top.typ != "domain":
 		c.Status = Fail
-		c.Found = fmt.Sprintf("%s is a %q cgroup", v.self, v.typ)
-		c.Fix = "start the daemon in a domain cgroup: a systemd service with Delegate=yes (deploy/airlock.service), or a container's own cgroup"
+		c.Found = fmt.Sprintf("%s is a %q cgroup", v.where(), v.top.typ)
+		c.Fix = "run the daemon in a container whose cgroup is a domain cgroup"
 		return c
 	}
 	self := e.probes.Pid()
 	others := 0
-	for _, p := range v.procs {
+	for _, p := range v.top.procs {
 		if p != self {
 			others++
 		}
 	}
-	c.Found = fmt.Sprintf("%s, not the root, holds %d process(es)", v.self, len(v.procs))
+	c.Found = fmt.Sprintf("%s holds %d process(es)", v.where(), len(v.top.procs))
 	switch {
-	case others == 0:
+	case len(v.top.procs) == 0:
 		c.Status = OK
-		c.Found += ": only this one, which moves itself into a leaf before enabling controllers"
+	case v.selfRel == "":
+		c.Status = OK
+		c.Found += fmt.Sprintf(", this one and %d other(s): the daemon moves them into %s/ before enabling controllers", others, cgroups.LeafName)
 	default:
-		c.Status = Warn
-		c.Found += fmt.Sprintf(": %d besides this one, which must move into a leaf too before controllers can be enabled there", others)
-		c.Fix = "start the daemon in a cgroup of its own: a systemd service with Delegate=yes (deploy/airlock.service), or a container whose cgroup holds only the daemon"
+		c.Status = Fail
+		c.Found += ", none of them the daemon (in " + v.self + "): the kernel refuses controllers for sandboxes there"
+		c.Fix = "start the daemon in that cgroup (the container's main process), or move those processes into a leaf cgroup below it"
 	}
 	return c
 }
@@ -331,7 +361,7 @@ func checkSwap(e *env) Check {
 				}
 			}
 		case cgroups.V2:
-			if v.selfErr == nil {
+			if v.topErr == nil {
 				known, accounted = v2SwapFiles(e.fsys, v)
 			}
 		}
@@ -354,17 +384,18 @@ func checkSwap(e *env) Check {
 	return c
 }
 
-// v2SwapFiles reports whether memory.swap.max exists where it can: in the
-// daemon's cgroup, or, when that is the root (which has no memory files),
-// in a child with memory files.
+// v2SwapFiles reports whether memory.swap.max exists where it can: in top,
+// or, when that is the root (which has no memory files), in a child with
+// memory files.
 func v2SwapFiles(fsys fs.FS, v *cgroupView) (known, accounted bool) {
-	if !v.isRoot {
-		if !exists(fsys, path.Join(v.dir, "memory.max")) {
+	dir := v.top.dir
+	if !v.top.isRoot {
+		if !exists(fsys, path.Join(dir, "memory.max")) {
 			return false, false
 		}
-		return true, exists(fsys, path.Join(v.dir, "memory.swap.max"))
+		return true, exists(fsys, path.Join(dir, "memory.swap.max"))
 	}
-	ents, err := fs.ReadDir(fsys, v.dir)
+	ents, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		return false, false
 	}
@@ -372,8 +403,8 @@ func v2SwapFiles(fsys fs.FS, v *cgroupView) (known, accounted bool) {
 		if i == 256 {
 			break
 		}
-		if d.IsDir() && exists(fsys, path.Join(v.dir, d.Name(), "memory.max")) {
-			return true, exists(fsys, path.Join(v.dir, d.Name(), "memory.swap.max"))
+		if d.IsDir() && exists(fsys, path.Join(dir, d.Name(), "memory.max")) {
+			return true, exists(fsys, path.Join(dir, d.Name(), "memory.swap.max"))
 		}
 	}
 	return false, false

@@ -22,12 +22,13 @@
 // mount is never attached, and the scratch directory is removed: nothing
 // is left.
 //
-// On cgroup v2 the checks look at the daemon's own cgroup, below which
-// sandboxes belong: the one systemd delegates to the service (Delegate=yes)
-// or a container's namespace root. When that cgroup is not the root and
-// holds processes, controllers can be enabled for its children only once
-// those processes have moved into a leaf cgroup (the kernel's "no internal
-// processes" rule); the report says so.
+// On cgroup v2 the checks look at the top of the mounted hierarchy, where
+// the sandboxes' cgroups go: the root cgroup on a host, the container's
+// cgroup in a container with its own cgroup namespace. When that top is not
+// the root and holds processes, controllers can be enabled for its children
+// only once those processes are in a leaf cgroup (the kernel's "no internal
+// processes" rule): the daemon moves them when it is one of them, and the
+// report says so.
 package hostcheck
 
 import (

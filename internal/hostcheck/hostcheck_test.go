@@ -43,8 +43,10 @@ func hostFS(mounts string) fstest.MapFS {
 		"dev/kvm":                               &fstest.MapFile{Mode: fs.ModeDevice | fs.ModeCharDevice | 0o666},
 		// v1
 		"sys/fs/cgroup/memory/memory.memsw.limit_in_bytes": f("9223372036854771712\n"),
-		// v2: the daemon's cgroup, delegated
+		// v2: the root, and the daemon's cgroup below it
 		"sys/fs/cgroup/cgroup.controllers":                                  f("cpuset cpu io memory hugetlb pids rdma misc\n"),
+		"sys/fs/cgroup/system.slice/memory.max":                             f("max\n"),
+		"sys/fs/cgroup/system.slice/memory.swap.max":                        f("max\n"),
 		"sys/fs/cgroup/cgroup.subtree_control":                              f("cpu io memory pids\n"),
 		"sys/fs/cgroup/cgroup.procs":                                        f("1\n4242\n"),
 		"sys/fs/cgroup/system.slice/airlock.service/cgroup.type":            f("domain\n"),
@@ -58,6 +60,20 @@ func hostFS(mounts string) fstest.MapFS {
 		m["proc/sys/user/max_"+k+"_namespaces"] = f("63432\n")
 	}
 	return m
+}
+
+// inContainer makes m a container's view: cgroup2 mounted in the
+// container's own cgroup namespace, whose root (a non-root cgroup) holds
+// the daemon (pid 4242) and procs more.
+func inContainer(m fstest.MapFS, procs string) {
+	f := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
+	m["proc/self/cgroup"] = f("0::/\n")
+	m["sys/fs/cgroup/cgroup.type"] = f("domain\n")
+	m["sys/fs/cgroup/cgroup.controllers"] = f("cpuset cpu io memory pids\n")
+	m["sys/fs/cgroup/cgroup.subtree_control"] = f("")
+	m["sys/fs/cgroup/cgroup.procs"] = f(procs)
+	m["sys/fs/cgroup/memory.max"] = f("1073741824\n")
+	m["sys/fs/cgroup/memory.swap.max"] = f("0\n")
 }
 
 // goodProbes are the probes of a healthy host.
@@ -142,7 +158,6 @@ func check(t *testing.T, mounts string, change func(fstest.MapFS, *Probes), name
 }
 
 func TestChecks(t *testing.T) {
-	const svc = "sys/fs/cgroup/system.slice/airlock.service/"
 	data := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
 	for _, tt := range []struct {
 		name   string
@@ -176,24 +191,42 @@ func TestChecks(t *testing.T) {
 		{"v1 controllers", mountsV1, nil,
 			"cgroup_controllers", OK, "memory pids cpu cpuacct freezer; optional: blkio yes, cpuset yes", ""},
 		{"v2 controllers", mountsV2, nil,
-			"cgroup_controllers", OK, "available to the daemon's cgroup /system.slice/airlock.service: memory pids cpu; optional: io yes, cpuset yes", ""},
-		{"v2 pids not delegated", mountsV2, func(m fstest.MapFS, _ *Probes) { m[svc+"cgroup.controllers"] = data("cpu io memory\n") },
-			"cgroup_controllers", Fail, "missing pids in the daemon's cgroup", "Delegate=yes"},
-		{"v2 in the root cgroup", mountsV2, func(m fstest.MapFS, _ *Probes) { m["proc/self/cgroup"] = data("0::/\n") },
-			"cgroup_controllers", OK, "available to the root cgroup", ""},
+			"cgroup_controllers", OK, "available to the root cgroup: memory pids cpu (enabled for its children: cpu io memory pids); optional: io yes, cpuset yes", ""},
+		{"v2 container controllers", mountsV2, func(m fstest.MapFS, _ *Probes) { inContainer(m, "4242\n") },
+			"cgroup_controllers", OK, "available to the root of this cgroup namespace (a container's cgroup): memory pids cpu", ""},
+		{"v2 container without pids", mountsV2, func(m fstest.MapFS, _ *Probes) {
+			inContainer(m, "4242\n")
+			m["sys/fs/cgroup/cgroup.controllers"] = data("cpu io memory\n")
+		}, "cgroups", Fail, "v2 lacks pids", "delegate memory, pids and cpu to its cgroup"},
+		{"v2 container without pids: controllers", mountsV2, func(m fstest.MapFS, _ *Probes) {
+			inContainer(m, "4242\n")
+			m["sys/fs/cgroup/cgroup.controllers"] = data("cpu io memory\n")
+		}, "cgroup_controllers", Fail, "no usable cgroup hierarchy", "see cgroups"},
 		{"v2 root placement", mountsV2, func(m fstest.MapFS, _ *Probes) { m["proc/self/cgroup"] = data("0::/\n") },
 			"cgroup_placement", OK, "the root cgroup", ""},
-		{"v2 alone in its cgroup", mountsV2, nil,
-			"cgroup_placement", OK, "holds 1 process(es): only this one", ""},
-		{"v2 sharing its cgroup", mountsV2, func(m fstest.MapFS, _ *Probes) { m[svc+"cgroup.procs"] = data("17\n4242\n99\n") },
-			"cgroup_placement", Warn, "holds 3 process(es): 2 besides this one", "cgroup of its own"},
-		{"v2 threaded cgroup", mountsV2, func(m fstest.MapFS, _ *Probes) { m[svc+"cgroup.type"] = data("threaded\n") },
-			"cgroup_placement", Fail, `is a "threaded" cgroup`, "domain cgroup"},
+		{"v2 service on a host", mountsV2, nil,
+			"cgroup_placement", OK, "the root cgroup (exempt from the no-internal-process rule); the daemon runs in /system.slice/airlock.service", ""},
+		{"v2 container alone", mountsV2, func(m fstest.MapFS, _ *Probes) { inContainer(m, "4242\n") },
+			"cgroup_placement", OK, "holds 1 process(es), this one and 0 other(s): the daemon moves them into init/", ""},
+		{"v2 container sharing", mountsV2, func(m fstest.MapFS, _ *Probes) { inContainer(m, "1\n4242\n99\n") },
+			"cgroup_placement", OK, "holds 3 process(es), this one and 2 other(s)", ""},
+		{"v2 container settled", mountsV2, func(m fstest.MapFS, _ *Probes) {
+			inContainer(m, "")
+			m["proc/self/cgroup"] = data("0::/init\n")
+		}, "cgroup_placement", OK, "holds 0 process(es)", ""},
+		{"v2 container, daemon elsewhere", mountsV2, func(m fstest.MapFS, _ *Probes) {
+			inContainer(m, "1\n99\n")
+			m["proc/self/cgroup"] = data("0::/sub\n")
+		}, "cgroup_placement", Fail, "none of them the daemon (in /sub)", "start the daemon in that cgroup"},
+		{"v2 threaded top", mountsV2, func(m fstest.MapFS, _ *Probes) {
+			inContainer(m, "4242\n")
+			m["sys/fs/cgroup/cgroup.type"] = data("threaded\n")
+		}, "cgroup_placement", Fail, `is a "threaded" cgroup`, "domain cgroup"},
 		{"v2 cgroup outside the namespace", mountsV2, func(m fstest.MapFS, _ *Probes) { m["proc/self/cgroup"] = data("0::/../../x\n") },
-			"cgroup_controllers", Fail, "outside this cgroup namespace", "Delegate=yes"},
+			"cgroup_placement", Fail, "outside this cgroup namespace", "own cgroup namespace"},
 		{"v2 garbage self cgroup", mountsV2, func(m fstest.MapFS, _ *Probes) { m["proc/self/cgroup"] = data("1:name=systemd:/\n") },
 			"cgroup_placement", Fail, "no unified hierarchy line", ""},
-		{"v2 garbage procs", mountsV2, func(m fstest.MapFS, _ *Probes) { m[svc+"cgroup.procs"] = data("12\nabc\n") },
+		{"v2 garbage procs", mountsV2, func(m fstest.MapFS, _ *Probes) { inContainer(m, "12\nabc\n") },
 			"cgroup_placement", Fail, "malformed pid", ""},
 		{"v1 swap not accounted", mountsV1, func(m fstest.MapFS, _ *Probes) { delete(m, "sys/fs/cgroup/memory/memory.memsw.limit_in_bytes") },
 			"swap_accounting", Warn, "swap in use and not accounted", "swapaccount=1"},
@@ -201,14 +234,19 @@ func TestChecks(t *testing.T) {
 			delete(m, "sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
 			m["proc/swaps"] = data("Filename\tType\tSize\tUsed\tPriority\n")
 		}, "swap_accounting", OK, "no swap in use (not accounted", ""},
-		{"v2 swap not accounted", mountsV2, func(m fstest.MapFS, _ *Probes) { delete(m, svc+"memory.swap.max") },
+		{"v2 swap not accounted", mountsV2, func(m fstest.MapFS, _ *Probes) { delete(m, "sys/fs/cgroup/system.slice/memory.swap.max") },
 			"swap_accounting", Warn, "not accounted", "swapaccount=1"},
+		{"v2 container swap accounted", mountsV2, func(m fstest.MapFS, _ *Probes) { inContainer(m, "4242\n") },
+			"swap_accounting", OK, "accounted", ""},
 		{"v2 root: swap from a child", mountsV2, func(m fstest.MapFS, _ *Probes) {
 			m["proc/self/cgroup"] = data("0::/\n")
 			m["sys/fs/cgroup/init.scope/memory.max"] = data("max\n")
 			m["sys/fs/cgroup/init.scope/memory.swap.max"] = data("max\n")
 		}, "swap_accounting", OK, "accounted", ""},
-		{"v2 root: swap unknown", mountsV2, func(m fstest.MapFS, _ *Probes) { m["proc/self/cgroup"] = data("0::/\n") },
+		{"v2 root: swap unknown", mountsV2, func(m fstest.MapFS, _ *Probes) {
+			delete(m, "sys/fs/cgroup/system.slice/memory.max")
+			delete(m, "sys/fs/cgroup/system.slice/memory.swap.max")
+		},
 			"swap_accounting", Warn, "swap in use; accounting unknown", "swapaccount=1"},
 		{"user namespaces off", mountsV2, func(m fstest.MapFS, _ *Probes) { m["proc/sys/user/max_user_namespaces"] = data("0\n") },
 			"user_namespaces", Fail, "namespaces disabled: user", "sysctl -w user.max_user_namespaces=15000"},
@@ -319,7 +357,9 @@ func TestOptionalNeverFails(t *testing.T) {
 func TestReportErr(t *testing.T) {
 	fsys := hostFS(mountsV2)
 	fsys["proc/sys/user/max_user_namespaces"] = &fstest.MapFile{Data: []byte("0\n")}
-	fsys["sys/fs/cgroup/system.slice/airlock.service/cgroup.controllers"] = &fstest.MapFile{Data: []byte("cpu memory\n")}
+	inContainer(fsys, "4242\n")
+	fsys["sys/fs/cgroup/cgroup.procs"] = &fstest.MapFile{Data: []byte("1\n")}
+	fsys["proc/self/cgroup"] = &fstest.MapFile{Data: []byte("0::/sub\n")}
 	r := run(t, fsys, goodProbes())
 	err := r.Err()
 	if r.OK || !errors.Is(err, errdefs.ErrFailedPrecondition) {
@@ -327,8 +367,8 @@ func TestReportErr(t *testing.T) {
 	}
 	for _, want := range []string{
 		"this host cannot run Airlock safely", "2 mandatory check(s) failed",
-		"\n  - cgroup_controllers: missing pids in the daemon's cgroup /system.slice/airlock.service",
-		"fix: delegate the pids controller(s)", "Delegate=yes",
+		"\n  - cgroup_placement: the root of this cgroup namespace (a container's cgroup) holds 1 process(es), none of them the daemon",
+		"fix: start the daemon in that cgroup",
 		"\n  - user_namespaces: namespaces disabled: user", "fix: sysctl -w user.max_user_namespaces=15000",
 	} {
 		if !strings.Contains(err.Error(), want) {
