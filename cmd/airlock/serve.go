@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 
+	"github.com/airlock-sandbox/airlock/internal/confine"
 	"github.com/airlock-sandbox/airlock/internal/daemon"
 )
 
@@ -17,6 +18,11 @@ func serve(ctx context.Context, args []string) (int, error) {
 	}
 	if err != nil {
 		return 2, err
+	}
+	// Each sandbox's agent is this binary, and it must confine every one
+	// of its threads: a cgo build would start and then fail every create.
+	if err := confine.AllThreads(); err != nil {
+		return 1, errors.New("serve refuses to start: this binary was built with cgo, and each sandbox's agent (this binary) must confine all of its threads, which Go cannot do with cgo; rebuild it with CGO_ENABLED=0 (make build)")
 	}
 	log, err := daemon.NewLogger(os.Stderr, cfg.LogLevel)
 	if err != nil {

@@ -49,8 +49,8 @@ func Apply(p Policy) (Result, error) {
 	}
 	// Every step below must reach every thread; that needs a binary
 	// without cgo.
-	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_GETPID, 0, 0, 0); e != 0 {
-		return Result{}, fmt.Errorf("confine: per-process syscalls unavailable (cgo binary?): %v: %w", e, errdefs.ErrNotSupported)
+	if err := AllThreads(); err != nil {
+		return Result{}, err
 	}
 	caps, err := prepareCaps(p.KeepBounding)
 	if err != nil {
@@ -100,6 +100,17 @@ func Apply(p Policy) (Result, error) {
 	}, nil
 }
 
+// AllThreads reports whether this binary can apply a system call to all of
+// its threads, as Apply and RestrictFiles must: Go cannot in a binary built
+// with cgo, whose C threads it does not control. The error wraps
+// errdefs.ErrNotSupported.
+func AllThreads() error {
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_GETPID, 0, 0, 0); e != 0 {
+		return fmt.Errorf("confine: this binary was built with cgo, so it cannot confine all of its threads (%v): %w", e, errdefs.ErrNotSupported)
+	}
+	return nil
+}
+
 // RestrictFiles enforces only the Landlock part of p, on every thread of
 // the calling process, after setting no_new_privs; see the package
 // documentation for why a process re-executes itself after it. Errors are
@@ -113,8 +124,8 @@ func RestrictFiles(p Policy) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_GETPID, 0, 0, 0); e != 0 {
-		return Result{}, fmt.Errorf("confine: per-process syscalls unavailable (cgo binary?): %v: %w", e, errdefs.ErrNotSupported)
+	if err := AllThreads(); err != nil {
+		return Result{}, err
 	}
 	rs, err := prepareLandlock(p)
 	if err != nil {

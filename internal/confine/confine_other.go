@@ -13,6 +13,11 @@ func Apply(p Policy) (Result, error) {
 	return Result{}, fmt.Errorf("confine: %w on this operating system", errdefs.ErrNotSupported)
 }
 
+// AllThreads is only implemented on Linux.
+func AllThreads() error {
+	return fmt.Errorf("confine: %w on this operating system", errdefs.ErrNotSupported)
+}
+
 // Status is only implemented on Linux.
 func Status() (State, error) {
 	return State{}, fmt.Errorf("confine: %w on this operating system", errdefs.ErrNotSupported)
