@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -204,6 +205,9 @@ func (c *cli) main(ctx context.Context, args []string) (int, error) {
 	}
 	if err != nil && code == 0 {
 		code = 1
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		err = &cliError{msg: fmt.Sprintf("no Airlock daemon answers at %s: is `airlock serve` running? (%s=%s)", c.url, envURL, c.url), err: err}
 	}
 	return code, friendly(err)
 }

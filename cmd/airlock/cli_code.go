@@ -100,6 +100,9 @@ func (c *cli) codeCmd(ctx context.Context, args []string) (int, error) {
 	}
 	x, err := c.runCell(ctx, cl, id, req)
 	if err != nil {
+		if ctx.Err() != nil {
+			return exitInterrupted, err
+		}
 		return exitCannotRun, err
 	}
 	return codeExit(x)

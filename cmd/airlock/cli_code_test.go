@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/api"
@@ -105,6 +106,12 @@ func TestCLICode(t *testing.T) {
 	}
 	if r := e.run("", "code", id, "--json", "-c", "raise ValueError('v')"); r.code != 1 || !strings.Contains(r.stdout, `"name": "ValueError"`) {
 		t.Errorf("--json error: %d %s", r.code, r.stdout)
+	}
+	// Ctrl-C: 130, as the help says.
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(500*time.Millisecond, cancel)
+	if r := e.runCtx(ctx, strings.NewReader(""), "code", id, "-c", "import time; time.sleep(30)"); r.code != exitInterrupted {
+		t.Errorf("interrupted cell: code %d (%v), want %d", r.code, r.err, exitInterrupted)
 	}
 	// Usage errors and a missing sandbox.
 	for _, args := range [][]string{{"code"}, {"code", id, "-c", "1", "-f", f}, {"code", id, "other"}} {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -512,5 +513,24 @@ func TestCLITenants(t *testing.T) {
 	e.env[envAPIKey] = key
 	if r := e.run("", "sandbox", "ls"); r.code != 1 || r.err.Error() != "invalid API key" {
 		t.Errorf("a deleted tenant's key: code %d err %v", r.code, r.err)
+	}
+}
+
+// TestCLIDaemonDown: with nothing listening, the CLI says that no daemon
+// answers and where it looked, not a raw dial error.
+func TestCLIDaemonDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	ln.Close()
+	var out bytes.Buffer
+	c := &cli{stdout: &out, getenv: func(k string) string {
+		return map[string]string{envURL: url, envAPIKey: "ak_test"}[k]
+	}}
+	code, err := c.main(context.Background(), []string{"sandbox", "ls"})
+	if code != 1 || err == nil || !strings.Contains(err.Error(), "no Airlock daemon answers at "+url+": is `airlock serve` running?") {
+		t.Errorf("sandbox ls with no daemon: %d, %v", code, err)
 	}
 }

@@ -48,8 +48,14 @@ func run(ctx context.Context, args []string) (int, error) {
 	case "demo":
 		return demoMain(ctx, args[1:])
 	case "help", "-h", "--help":
+		if args[0] == "help" && len(args) > 1 {
+			// airlock help CMD [SUB]: that command's own help.
+			return run(ctx, append(args[1:], "--help"))
+		}
 		fmt.Print(usage)
 		return 0, nil
+	case "version", "--version":
+		return printVersion(os.Stdout, args[1:])
 	default:
 		return cliMain(ctx, args)
 	}
@@ -77,5 +83,7 @@ Client (AIRLOCK_URL, AIRLOCK_API_KEY):
 
 Other:
   doctor                    check that this host can run Airlock (as root)
+  version [--json]          this binary's version
+  help [COMMAND]            this text, or a command's own help
   demo -- CMD...            run one command in a fresh sandbox without a daemon
 `
