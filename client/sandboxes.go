@@ -51,6 +51,9 @@ type State string
 // The sandbox states.
 const (
 	StateCreating State = "creating"
+	// StateAdopting: a restarted daemon is adopting the sandbox; its
+	// operations fail with 503 until it is running. Retry.
+	StateAdopting State = "adopting"
 	StateRunning  State = "running"
 	StatePaused   State = "paused"
 	StateStopping State = "stopping"

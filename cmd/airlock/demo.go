@@ -34,6 +34,7 @@ func demo(ctx context.Context, dataDir string, argv []string) (int, error) {
 	if err != nil {
 		return 1, err
 	}
+	defer host.Close()
 	rootfs, err := host.Resolve(ctx)
 	if err != nil {
 		return 1, err

@@ -243,6 +243,12 @@ type Handler struct {
 	lim         Limits
 	inflight    *inflight
 	mux         *http.ServeMux
+	// reqs counts the requests being served; draining ends when the
+	// graceful stop begins (sessions end), stopping when its grace is
+	// over (every request ends). See Shutdown.
+	reqs               *requests
+	draining, stopping context.Context
+	drain, stop        context.CancelCauseFunc
 }
 
 // New returns the API handler for cfg.
@@ -286,6 +292,9 @@ func New(cfg Config) (*Handler, error) {
 		mux:         http.NewServeMux(),
 	}
 	h.inflight = newInflight(h.lim)
+	h.reqs = newRequests()
+	h.draining, h.drain = context.WithCancelCause(context.Background())
+	h.stopping, h.stop = context.WithCancelCause(context.Background())
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -449,6 +458,7 @@ func (h *Handler) healthz(c *call) error {
 }
 
 // readyz reports whether the daemon is ready to serve (Config.Ready).
+// Once the graceful stop has begun, wrap answers 503 for it.
 func (h *Handler) readyz(c *call) error {
 	if h.ready != nil {
 		ctx, cancel := context.WithTimeout(c.r.Context(), 5*time.Second)

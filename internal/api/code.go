@@ -166,7 +166,7 @@ func (req *codeRequest) runRequest() (interp.RunRequest, error) {
 
 // runCode serves POST /v1/sandboxes/{id}/code.
 func (h *Handler) runCode(c *call) error {
-	sb, err := c.ownedSandbox()
+	sb, err := c.agentSandbox()
 	if err != nil {
 		return err
 	}
@@ -282,14 +282,18 @@ func (h *Handler) codeStream(ctx context.Context, c *call, runner CodeRunner, id
 	case !c.w.started():
 		return err // nothing was sent: an ordinary error response
 	case !ended:
-		c.record(outcomeOf(err))
+		// The cell was cut short: by the client going away, the
+		// sandbox ending or the daemon's graceful stop. A client still
+		// there learns why from the error line.
+		nw.endWithError(err)
+		nw.abortIfFailed()
 	}
-	return nil // the client is gone; the cell was interrupted
+	return nil
 }
 
 // createContext serves POST /v1/sandboxes/{id}/contexts.
 func (h *Handler) createContext(c *call) error {
-	sb, err := c.ownedSandbox()
+	sb, err := c.agentSandbox()
 	if err != nil {
 		return err
 	}
@@ -323,7 +327,7 @@ func (h *Handler) createContext(c *call) error {
 
 // listContexts serves GET /v1/sandboxes/{id}/contexts.
 func (h *Handler) listContexts(c *call) error {
-	sb, err := c.ownedSandbox()
+	sb, err := c.agentSandbox()
 	if err != nil {
 		return err
 	}
@@ -347,7 +351,7 @@ func (h *Handler) listContexts(c *call) error {
 // contextCall checks the sandbox's tenant, the runner and the context ID
 // of a request on one context, and records its intent.
 func (c *call) contextCall() (runner CodeRunner, sandboxID, contextID string, err error) {
-	sb, err := c.ownedSandbox()
+	sb, err := c.agentSandbox()
 	if err != nil {
 		return nil, "", "", err
 	}

@@ -1,14 +1,17 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
 // The public error codes. A response with a status of 400 or more carries
@@ -126,6 +129,107 @@ func stripClass(msg string, class error) string {
 		return msg
 	}
 	return out
+}
+
+// errShuttingDown is the cause with which the daemon's graceful stop ends
+// the requests still in flight (see Handler.Shutdown).
+var errShuttingDown = errors.New("the server is shutting down")
+
+// shutdownError is the answer of a request that the graceful stop ended
+// or refused.
+func shutdownError() error {
+	return &apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable,
+		msg: "the server is shutting down; the request was ended before it finished (retry once the server is back)"}
+}
+
+// agentProbeTimeout bounds the ping that tells a dead agent from a slow
+// one (see explain).
+const agentProbeTimeout = time.Second
+
+// explain gives err, the failure of the call, the class of what really
+// happened where the error that reached the handler hides it, before
+// publicError maps it. Handlers return errors as they get them; fail,
+// the stream and PTY endings pass them through here. Three causes are
+// told apart:
+//
+//   - the daemon's graceful stop ended the request (its context was
+//     cancelled with errShuttingDown): unavailable, saying so;
+//   - the sandbox whose agent served the request (see agentSandbox) was
+//     deleted meanwhile, or has ended (failed, or its agent no longer
+//     accepts connections): failed precondition, saying which;
+//   - anything else keeps its class.
+//
+// Only errors of the classes a cut agent stream produces (internal,
+// unavailable, canceled while the client is still there) are examined.
+func (c *call) explain(err error) error {
+	if err == nil {
+		return nil
+	}
+	switch errdefs.Class(err) {
+	case errdefs.ErrInternal, errdefs.ErrUnavailable, errdefs.ErrCanceled, errdefs.ErrTimeout:
+	default:
+		return err
+	}
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return err
+	}
+	if context.Cause(c.r.Context()) == errShuttingDown {
+		return shutdownError()
+	}
+	if c.sandboxID == "" || errdefs.Class(err) == errdefs.ErrTimeout ||
+		(errdefs.Class(err) == errdefs.ErrCanceled && c.r.Context().Err() != nil) {
+		return err
+	}
+	if ended := c.h.sandboxEnded(c.r.Context(), c.sandboxID); ended != nil {
+		return ended
+	}
+	return err
+}
+
+// sandboxEnded returns the error that says why sandbox id can no longer
+// serve a request, or nil if it still can as far as the daemon can tell.
+// A sandbox the manager still lists as running is pinged: an agent that
+// refuses the connection is gone (a slow one only times out, and is not
+// called ended).
+func (h *Handler) sandboxEnded(ctx context.Context, id string) error {
+	if err, running := h.sandboxState(id); !running {
+		return err
+	}
+	ac, err := h.mgr.Client(id)
+	if err != nil {
+		err, _ := h.sandboxState(id)
+		return err
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), agentProbeTimeout)
+	defer cancel()
+	_, err = ac.Info(pctx)
+	if err == nil || pctx.Err() != nil || errdefs.Class(err) == errdefs.ErrTimeout {
+		return nil
+	}
+	if err, running := h.sandboxState(id); !running {
+		return err
+	}
+	return fmt.Errorf("sandbox %s has ended: its agent stopped while the request ran: %w", id, errdefs.ErrFailedPrecondition)
+}
+
+// sandboxState reports whether the manager lists sandbox id as running,
+// and if not, the error that says what became of it.
+func (h *Handler) sandboxState(id string) (ended error, running bool) {
+	sb, err := h.mgr.Get(id)
+	switch {
+	case err != nil, sb.State == sandbox.StateStopping, sb.State == sandbox.StateStopped:
+		return fmt.Errorf("sandbox %s was deleted while the request ran: %w", id, errdefs.ErrFailedPrecondition), false
+	case sb.State == sandbox.StateFailed:
+		why := "it failed"
+		if sb.Error != "" {
+			why = sb.Error
+		}
+		return fmt.Errorf("sandbox %s ended while the request ran (%s): %w", id, why, errdefs.ErrFailedPrecondition), false
+	case sb.State != sandbox.StateRunning:
+		return fmt.Errorf("sandbox %s is %s: %w", id, sb.State, errdefs.ErrFailedPrecondition), false
+	}
+	return nil, true
 }
 
 // outcomeOf is the audit outcome of err: "ok" or its public code.

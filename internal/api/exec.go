@@ -279,7 +279,7 @@ func wantsNDJSON(r *http.Request) bool {
 
 // exec serves POST /v1/sandboxes/{id}/exec.
 func (h *Handler) exec(c *call) error {
-	sb, err := c.ownedSandbox()
+	sb, err := c.agentSandbox()
 	if err != nil {
 		return err
 	}
@@ -613,7 +613,7 @@ func (nw *ndjsonWriter) abortIfFailed() {
 // outcome is recorded, then the error line sent. It returns the public
 // error code.
 func (nw *ndjsonWriter) endWithError(err error) string {
-	_, code, msg := publicError(err)
+	_, code, msg := publicError(nw.c.explain(err))
 	nw.c.record(code)
 	_ = nw.writeLine(errorEvent{Type: "error", Error: errorDetail{Code: code, Message: msg}})
 	return code

@@ -149,7 +149,7 @@ func (hr *hashReader) Read(p []byte) (int, error) {
 // whole. The file is replaced atomically once the body is complete; a body
 // that fails midway leaves the old file as it was.
 func (h *Handler) writeFile(c *call) error {
-	sb, err := c.ownedSandbox()
+	sb, err := c.agentSandbox()
 	if err != nil {
 		return err
 	}
@@ -190,7 +190,7 @@ func (h *Handler) writeFile(c *call) error {
 // error; one after it cuts the connection, so the client sees a broken
 // transfer, never a short file that looks complete.
 func (h *Handler) readFile(c *call) error {
-	sb, err := c.ownedSandbox()
+	sb, err := c.agentSandbox()
 	if err != nil {
 		return err
 	}
@@ -255,7 +255,7 @@ func (d *deadlineWriter) done() {
 
 // removeFile serves DELETE /v1/sandboxes/{id}/files?path=P&recursive=B.
 func (h *Handler) removeFile(c *call) error {
-	sb, err := c.ownedSandbox()
+	sb, err := c.agentSandbox()
 	if err != nil {
 		return err
 	}
@@ -287,7 +287,7 @@ func (h *Handler) removeFile(c *call) error {
 // directory is created with its missing parents, like mkdir -p (an
 // existing directory is not an error), and its entry returned.
 func (h *Handler) makeDir(c *call) error {
-	sb, err := c.ownedSandbox()
+	sb, err := c.agentSandbox()
 	if err != nil {
 		return err
 	}
@@ -313,7 +313,7 @@ func (h *Handler) makeDir(c *call) error {
 // path defaults to the user's home and depth to 1 (the entries of the
 // directory only).
 func (h *Handler) listDir(c *call) error {
-	sb, err := c.ownedSandbox()
+	sb, err := c.agentSandbox()
 	if err != nil {
 		return err
 	}

@@ -35,6 +35,9 @@ type call struct {
 	// intentSeq is the Seq of the intent record begin wrote (0: none).
 	intentSeq uint64
 	audited   bool
+	// sandboxID is the sandbox whose agent serves the request (see
+	// agentSandbox), for explain; "" for other requests.
+	sandboxID string
 }
 
 // statusWriter records whether the response has started, so that an error
@@ -89,6 +92,23 @@ func (h *Handler) wrap(rt route) http.Handler {
 				}
 			}
 		}()
+		if !h.reqs.enter() {
+			// The graceful stop has begun: nothing new starts.
+			writeError(c.w, h.log, r, shutdownError())
+			return
+		}
+		defer h.reqs.leave()
+		// The graceful stop ends sessions (a PTY, a followed process's
+		// output) at once and every other request after its grace.
+		stopping := h.stopping
+		if sessionRoutes[rt.path] {
+			stopping = h.draining
+		}
+		ctx, cancel := context.WithCancelCause(r.Context())
+		defer cancel(nil)
+		defer context.AfterFunc(stopping, func() { cancel(errShuttingDown) })()
+		r = r.WithContext(ctx)
+		c.r = r
 		if rt.scope != "" {
 			p, err := h.authenticate(r)
 			if err != nil {
@@ -123,6 +143,7 @@ func (h *Handler) wrap(rt route) http.Handler {
 // record is the outcome of the intent begin wrote, or, for a request
 // refused before that, a lone outcome.
 func (h *Handler) fail(c *call, err error) {
+	err = c.explain(err)
 	c.record(outcomeOf(err))
 	if c.w.started() {
 		h.log.Warn("request failed after the response started", "method", c.r.Method, "path", c.r.URL.Path, "err", err)
@@ -176,7 +197,7 @@ func (c *call) commit() error {
 	if err := c.appendOutcome(audit.OutcomeOK); err != nil {
 		c.h.log.Error("audit append failed", "action", c.ev.Action, "target", c.ev.Target, "err", err)
 		return &apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable,
-			msg: "the audit log is unavailable; " + auditFailNote(c.ev.Action)}
+			msg: "the audit log is unavailable; " + auditFailNote(c.ev.Action, c.intentSeq != 0)}
 	}
 	return nil
 }
@@ -194,13 +215,18 @@ func (c *call) record(outcome string) {
 	}
 }
 
-// auditFailNote tells the client what became of its action when it could
-// not be recorded.
-func auditFailNote(action string) string {
-	if action == ActionSandboxCreate {
+// auditFailNote tells the client what became of its request when its
+// outcome could not be recorded. intent says whether an intent was
+// recorded before the action: a request without one (an audit
+// verification) changed nothing, so nothing was carried out.
+func auditFailNote(action string, intent bool) string {
+	switch {
+	case action == ActionSandboxCreate:
 		return "the sandbox was not kept"
+	case !intent:
+		return "nothing was changed, and the request could not be recorded, so it is not answered"
 	}
-	return "the action was carried out but not recorded"
+	return "the action was carried out but its outcome was not recorded"
 }
 
 // appendAudit appends ev, detached from the request's cancellation so

@@ -81,7 +81,7 @@ func processOf(p agentclient.SandboxProcess) processJSON {
 
 // listProcesses serves GET /v1/sandboxes/{id}/processes.
 func (h *Handler) listProcesses(c *call) error {
-	sb, err := c.ownedSandbox()
+	sb, err := c.agentSandbox()
 	if err != nil {
 		return err
 	}
@@ -170,7 +170,7 @@ func parseSignalJSON(raw json.RawMessage) (int, error) {
 
 // signalProcess serves POST /v1/sandboxes/{id}/processes/{pid}/signal.
 func (h *Handler) signalProcess(c *call) error {
-	sb, err := c.ownedSandbox()
+	sb, err := c.agentSandbox()
 	if err != nil {
 		return err
 	}
@@ -213,7 +213,7 @@ type killAllRequest struct {
 
 // killAllProcesses serves POST /v1/sandboxes/{id}/processes/kill.
 func (h *Handler) killAllProcesses(c *call) error {
-	sb, err := c.ownedSandbox()
+	sb, err := c.agentSandbox()
 	if err != nil {
 		return err
 	}
@@ -253,7 +253,7 @@ func (h *Handler) killAllProcesses(c *call) error {
 // running. The stream ends after Limits.MaxExecTimeout with an error line
 // (code timeout) if the process has not exited by then.
 func (h *Handler) processOutput(c *call) error {
-	sb, err := c.ownedSandbox()
+	sb, err := c.agentSandbox()
 	if err != nil {
 		return err
 	}

@@ -36,7 +36,8 @@ import (
 //     "duration_ms":...} and closes with 1000 and the reason
 //     "exit_code=N". If the process cannot be started or the sandbox
 //     fails, it sends {"type":"error","error":{"code","message"}} and
-//     closes with 1011 and the error code as reason.
+//     closes with 1011 and the error code as reason (1001 when the
+//     daemon's graceful stop ended the session).
 //   - The client closing the WebSocket (or going away) kills the process.
 //
 // cmd is a shell command line (run with /bin/sh -c); it defaults to a
@@ -124,7 +125,7 @@ func parsePTYQuery(raw string) (ptyParams, error) {
 // Everything that can be checked is checked before the upgrade, so that
 // such errors are ordinary JSON responses.
 func (h *Handler) pty(c *call) error {
-	sb, err := c.ownedSandbox()
+	sb, err := c.agentSandbox()
 	if err != nil {
 		return err
 	}
@@ -160,10 +161,17 @@ func (h *Handler) pty(c *call) error {
 	}
 	c.w.status = http.StatusSwitchingProtocols
 	conn.SetReadLimit(maxPTYFrame)
+	// ctx bounds the agent stream: ending it kills the process.
 	ctx, cancel := context.WithCancel(c.r.Context())
 	defer cancel()
+	// The WebSocket's reads and writes outlive ctx, so that the last
+	// frame still goes out when the graceful stop ends the session
+	// (coder/websocket closes a connection whose read or write context
+	// ends); the connection's closing ends them.
+	wsCtx, wsCancel := context.WithCancel(context.WithoutCancel(c.r.Context()))
+	defer wsCancel()
 
-	out := wsWriter(ctx, conn, h.lim.WriteIdleTimeout)
+	out := wsWriter(wsCtx, conn, h.lim.WriteIdleTimeout)
 	p, err := h.mgr.StartProcess(ctx, sb.ID, agentclient.ExecRequest{
 		Shell:     params.cmd,
 		User:      params.user,
@@ -199,7 +207,7 @@ func (h *Handler) pty(c *call) error {
 	go func() {
 		defer close(readDone)
 		defer cancel() // the client left: end the process
-		h.ptyReadLoop(ctx, conn, client, p.PID, pw, input)
+		h.ptyReadLoop(ctx, wsCtx, conn, client, p.PID, pw, input)
 	}()
 
 	res, werr := p.Wait()
@@ -210,7 +218,7 @@ func (h *Handler) pty(c *call) error {
 		if werr == nil {
 			werr = fmt.Errorf("pty: no result: %w", errdefs.ErrInternal)
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && context.Cause(c.r.Context()) != errShuttingDown {
 			c.record(CodeCanceled) // the client ended the session
 		} else {
 			h.ptyFail(ctx, c, conn, werr)
@@ -220,7 +228,7 @@ func (h *Handler) pty(c *call) error {
 		c.record("ok")
 		b, _ := json.Marshal(ptyExit{Type: "exit", Status: string(res.Status), ExitCode: res.ExitCode,
 			Signal: res.Signal, DurationMS: res.Duration.Milliseconds(), Error: clean(res.Error)})
-		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+		wctx, wcancel := context.WithTimeout(wsCtx, 5*time.Second)
 		_ = conn.Write(wctx, websocket.MessageText, b)
 		wcancel()
 		_ = conn.Close(websocket.StatusNormalClosure, "exit_code="+strconv.Itoa(res.ExitCode))
@@ -232,24 +240,32 @@ func (h *Handler) pty(c *call) error {
 	return nil
 }
 
-// ptyFail reports err on the WebSocket and closes it.
+// ptyFail reports err on the WebSocket and closes it: with 1001 (going
+// away) when the daemon's graceful stop ended the session, else 1011.
 func (h *Handler) ptyFail(ctx context.Context, c *call, conn *websocket.Conn, err error) {
+	err = c.explain(err)
 	_, code, msg := publicError(err)
 	h.log.Warn("pty session failed", "err", err)
 	c.record(code)
 	b, _ := json.Marshal(errorEvent{Type: "error", Error: errorDetail{Code: code, Message: msg}})
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	// ctx may have ended with the session: the last frame gets its own
+	// time.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_ = conn.Write(wctx, websocket.MessageText, b)
-	_ = conn.Close(websocket.StatusInternalError, code)
+	status := websocket.StatusInternalError
+	if context.Cause(c.r.Context()) == errShuttingDown {
+		status = websocket.StatusGoingAway
+	}
+	_ = conn.Close(status, code)
 }
 
 // ptyReadLoop forwards the client's frames until the connection ends:
 // input into the process's terminal through in, resize messages to the
-// agent.
-func (h *Handler) ptyReadLoop(ctx context.Context, conn *websocket.Conn, client *agentclient.Client, pid int, in *io.PipeWriter, digest *inputDigest) {
+// agent (bounded by ctx). Frames are read under wsCtx.
+func (h *Handler) ptyReadLoop(ctx, wsCtx context.Context, conn *websocket.Conn, client *agentclient.Client, pid int, in *io.PipeWriter, digest *inputDigest) {
 	for {
-		typ, data, err := conn.Read(ctx)
+		typ, data, err := conn.Read(wsCtx)
 		if err != nil {
 			return
 		}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -192,6 +193,17 @@ func (c *call) ownedSandbox() (sandbox.Sandbox, error) {
 	return sb, nil
 }
 
+// agentSandbox is ownedSandbox for a request that the sandbox's agent
+// serves (exec, PTY, code, files, processes): a failure of such a request
+// is explained by what became of the sandbox meanwhile (see explain).
+func (c *call) agentSandbox() (sandbox.Sandbox, error) {
+	sb, err := c.ownedSandbox()
+	if err == nil {
+		c.sandboxID = sb.ID
+	}
+	return sb, err
+}
+
 // sandboxNotFound is worded exactly as the manager's error.
 func sandboxNotFound(id string) error {
 	return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
@@ -199,7 +211,7 @@ func sandboxNotFound(id string) error {
 
 // liveStates are the states that count against a tenant's quota.
 var liveStates = []sandbox.State{
-	sandbox.StateCreating, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping, sandbox.StateFailed,
+	sandbox.StateCreating, sandbox.StateAdopting, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping, sandbox.StateFailed,
 }
 
 // createSandbox serves POST /v1/sandboxes.
@@ -222,6 +234,14 @@ func (h *Handler) createSandbox(c *call) error {
 	}
 	if err := c.begin(); err != nil {
 		return err
+	}
+	// Provisional until its outcome is on the record (Confirm below): a
+	// daemon killed before then removes it at restart and records why,
+	// naming this intent, rather than keeping a sandbox whose create was
+	// never answered.
+	spec.Pending = true
+	if c.intentSeq != 0 {
+		spec.Origin = strconv.FormatUint(c.intentSeq, 10)
 	}
 	sb, err := h.mgr.Create(c.r.Context(), spec)
 	if err != nil {
@@ -260,6 +280,13 @@ func (h *Handler) createSandbox(c *call) error {
 	}
 	if err := c.commit(); err != nil {
 		return undo(err)
+	}
+	if err := h.mgr.Confirm(c.r.Context(), sb.ID); err != nil {
+		// Rare (the data disk failing): the audit log says created, the
+		// daemon's log says why it went.
+		h.log.Error("confirming a created sandbox failed; destroying it", "sandbox", sb.ID, "err", err)
+		return undo(&apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable,
+			msg: "the sandbox could not be kept; create it again"})
 	}
 	c.w.Header().Set("Location", "/v1/sandboxes/"+sb.ID)
 	return c.json(http.StatusCreated, toSandboxJSON(sb))
@@ -312,7 +339,7 @@ func parseListQuery(raw string) (sandbox.Filter, error) {
 				for _, s := range strings.Split(v, ",") {
 					st := sandbox.State(strings.TrimSpace(s))
 					if !st.Valid() {
-						return f, invalidf("unknown state %q; want one of creating, running, paused, stopping, stopped, failed", clean(truncate(s, 32)))
+						return f, invalidf("unknown state %q; want one of creating, adopting, running, paused, stopping, stopped, failed", clean(truncate(s, 32)))
 					}
 					if !slices.Contains(f.States, st) {
 						f.States = append(f.States, st)

@@ -437,8 +437,23 @@ func toUsageJSON(u layers.Usage) usageJSON {
 		UnusedLayers: u.UnusedLayers, UnusedBytes: u.UnusedBytes}
 }
 
-func builtinJSON(name string) templateJSON {
-	return templateJSON{Name: name, Source: "built-in", Builtin: true, Shared: true}
+// builtinJSON describes a built-in template; one that says what it is made
+// of and when it was built (the host template) says so in Source and
+// Created.
+func (ts *templateService) builtinJSON(name string) templateJSON {
+	out := templateJSON{Name: name, Source: "built-in", Builtin: true, Shared: true}
+	if src, err := ts.cfg.Registry.Get(name); err == nil {
+		if p, ok := src.(interface {
+			Provenance() (string, time.Time)
+		}); ok {
+			what, built := p.Provenance()
+			out.Source = "built-in: " + what
+			if !built.IsZero() {
+				out.Created = &built
+			}
+		}
+	}
+	return out
 }
 
 // builtins returns the names of the registry's templates that are not in
@@ -517,7 +532,7 @@ func (h *Handler) listTemplates(c *call) error {
 		out.Usage = toUsageJSON(ts.cfg.Store.Usage())
 	}
 	for _, name := range ts.builtins() {
-		out.Templates = append(out.Templates, builtinJSON(name))
+		out.Templates = append(out.Templates, ts.builtinJSON(name))
 	}
 	for _, m := range v.manifests {
 		out.Templates = append(out.Templates, v.entry(m))
@@ -558,7 +573,7 @@ func (h *Handler) getTemplate(c *call) error {
 		return err
 	}
 	if r.builtin {
-		out := templateDetailJSON{templateJSON: builtinJSON(name), LayerList: []layerJSON{},
+		out := templateDetailJSON{templateJSON: ts.builtinJSON(name), LayerList: []layerJSON{},
 			Config: templateConfigJSON{Env: []string{}, Cmd: []string{}, Entrypoint: []string{}}}
 		return c.json(http.StatusOK, out)
 	}

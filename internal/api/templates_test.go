@@ -814,3 +814,27 @@ func TestParseRegistryAuthHeader(t *testing.T) {
 		}
 	}
 }
+
+// provSource is a built-in template that says what it is made of.
+type provSource struct{ staticSource }
+
+func (provSource) Provenance() (string, time.Time) {
+	return "this host's /usr and a copy of /etc", time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+}
+
+// TestBuiltinProvenance: a built-in template that can say what it is made
+// of and when it was built shows it in list and inspect.
+func TestBuiltinProvenance(t *testing.T) {
+	reg, err := template.NewRegistry(provSource{staticSource{"host"}}, staticSource{"plain"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &templateService{cfg: Templates{Registry: reg}}
+	got := ts.builtinJSON("host")
+	if got.Source != "built-in: this host's /usr and a copy of /etc" || got.Created == nil || !got.Created.Equal(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)) {
+		t.Errorf("host = %+v", got)
+	}
+	if plain := ts.builtinJSON("plain"); plain.Source != "built-in" || plain.Created != nil {
+		t.Errorf("plain = %+v", plain)
+	}
+}

@@ -95,6 +95,9 @@ type Log struct {
 
 	mu   sync.Mutex
 	head store.AuditHead // last committed record
+	// writeErr is the failure of the last commit, nil once one succeeds
+	// (see WriteErr).
+	writeErr error
 }
 
 // pending is one Append waiting for its batch's commit.
@@ -410,12 +413,28 @@ func (l *Log) storeLocked(ctx context.Context, recs []store.AuditRecord) error {
 	if err := l.st.AppendAudit(ctx, recs); err != nil {
 		l.stale = true
 		l.opts.Logger.Warn("audit commit failed", "records", len(recs), "first_seq", recs[0].Seq, "err", err)
+		if ctx.Err() == nil { // a commit cut short by its caller says nothing of the store
+			l.mu.Lock()
+			l.writeErr = err
+			l.mu.Unlock()
+		}
 		return fmt.Errorf("audit append: %w", err)
 	}
 	l.mu.Lock()
 	l.head = prev
+	l.writeErr = nil
 	l.mu.Unlock()
 	return nil
+}
+
+// WriteErr returns the error of the last commit if it failed (the store
+// refused the write: a full disk, a read-only or failing filesystem), nil
+// if it succeeded or nothing was committed yet. The daemon's readiness
+// check reads it: while it is set, every mutation fails with 503.
+func (l *Log) WriteErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.writeErr
 }
 
 // Query selects records for List; see store.AuditQuery for the fields.

@@ -273,3 +273,38 @@ func TestCommitFailures(t *testing.T) {
 		t.Errorf("verify: %+v", rep)
 	}
 }
+
+// TestWriteErr: the log reports the failure of its last commit until a
+// commit succeeds (the daemon's readiness reads it), and a commit cut
+// short by its caller does not count as the store's failure.
+func TestWriteErr(t *testing.T) {
+	ctx := context.Background()
+	m := &memStore{}
+	l := newLog(t, m, Options{})
+	if err := l.WriteErr(); err != nil {
+		t.Fatalf("WriteErr of a new log = %v", err)
+	}
+	m.mu.Lock()
+	m.failBefore = 2
+	m.mu.Unlock()
+	for range 2 {
+		if err := l.Append(ctx, ev(1)); err == nil {
+			t.Fatal("append to a failing store succeeded")
+		}
+		if err := l.WriteErr(); err == nil || !strings.Contains(err.Error(), "disk on fire") {
+			t.Fatalf("WriteErr after a failed commit = %v, want the store's error", err)
+		}
+	}
+	if err := l.Append(ctx, ev(2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WriteErr(); err != nil {
+		t.Errorf("WriteErr after a good commit = %v, want nil", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_ = l.Append(cctx, ev(3))
+	if err := l.WriteErr(); err != nil {
+		t.Errorf("WriteErr after a cancelled append = %v, want nil", err)
+	}
+}

@@ -55,20 +55,36 @@ func (x *checkpointExporter) export() error {
 	return nil
 }
 
-// run exports every interval until ctx ends. A failed export is logged
-// and retried at the next tick.
+// maxExportBackoff caps the wait before retrying a failed export.
+const maxExportBackoff = 5 * time.Minute
+
+// run exports every interval until ctx ends. A failed export is logged and
+// retried after a wait that doubles with each failure in a row (from
+// interval, at most maxExportBackoff), so that a file that cannot be
+// written (a full disk) does not fill the log; the first export that
+// succeeds again is logged and brings back the interval.
 func (x *checkpointExporter) run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
+	wait := interval
+	failures := 0
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := x.export(); err != nil {
-				x.log.Warn("audit checkpoint export failed", "file", x.path, "err", err)
-			}
 		}
+		if err := x.export(); err != nil {
+			failures++
+			wait = min(2*wait, max(maxExportBackoff, interval))
+			x.log.Warn("audit checkpoint export failed", "file", x.path, "failures", failures, "retry_in", wait, "err", err)
+		} else {
+			if failures > 0 {
+				x.log.Info("audit checkpoint export works again", "file", x.path, "failures", failures)
+			}
+			failures, wait = 0, interval
+		}
+		t.Reset(wait)
 	}
 }
 

@@ -39,8 +39,12 @@ const (
 const recordSyncInterval = time.Minute
 
 // shutdownTimeout bounds the graceful shutdown of the API server and the
-// manager.
-const shutdownTimeout = 10 * time.Second
+// manager. Requests in flight get shutdownGrace of it to finish; then they
+// are ended, and the rest of it lets them record their outcome and answer.
+const (
+	shutdownTimeout = 10 * time.Second
+	shutdownGrace   = 8 * time.Second
+)
 
 // Options are what the caller of Run provides besides the Config.
 type Options struct {
@@ -57,9 +61,11 @@ type Options struct {
 }
 
 // Run starts the daemon and serves until ctx ends, then shuts down
-// gracefully: the API stops accepting requests and finishes those in
-// flight (up to 10 s), background work stops, and the sandboxes keep
-// running for the next daemon to adopt.
+// gracefully: the API stops accepting requests, lets those in flight
+// finish for up to 8 s and then ends them (PTY sessions and followed
+// output at once), each with its audit outcome and an answer saying
+// why, background work stops, and the sandboxes keep running for the
+// next daemon to adopt.
 func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -68,6 +74,11 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	// Identical warnings and errors in a row are collapsed (a full disk
+	// fails every request the same way).
+	dedupLog, flushLog := newDedupHandler(log.Handler(), dedupWindow)
+	defer flushLog()
+	log = slog.New(dedupLog)
 	announce := opts.Announce
 	if announce == nil {
 		announce = io.Discard
@@ -153,10 +164,12 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
-	host, err := template.NewHost(template.HostOptions{CacheDir: filepath.Join(cfg.DataDir, templatesDir, template.HostName)})
+	host, err := template.NewHost(template.HostOptions{CacheDir: filepath.Join(cfg.DataDir, templatesDir, template.HostName),
+		Logger: log.With("component", "template")})
 	if err != nil {
 		return fmt.Errorf("host template: %w", err)
 	}
+	defer host.Close()
 	templates, err := template.NewRegistry(host)
 	if err != nil {
 		return err
@@ -174,6 +187,9 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		DefaultTimeout:  time.Duration(cfg.DefaultTimeout),
 		MaxLifetime:     time.Duration(cfg.MaxLifetime),
 		MaxConcurrent:   cfg.MaxSandboxes,
+		// Sandboxes recovery ends (interrupted creates and destroys,
+		// expired, agent gone) are on the audit record.
+		Ends: auditEnds{log: auditLog, timeout: 10 * time.Second, logger: log.With("component", "sandbox")},
 	}
 	if cfg.PoolSize > 0 {
 		scfg.PoolSize = map[string]int{cfg.DefaultTemplate: cfg.PoolSize}
@@ -183,6 +199,10 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		return err
 	}
 	tstore.mgr.Store(mgr)
+	// Start returns once every sandbox found has its record; thawing and
+	// waiting for their agents, and ending those that must go, go on in
+	// the background while the API serves (an adopting sandbox answers
+	// 503: retry).
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("start sandbox manager: %w", err)
 	}
@@ -205,16 +225,13 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		return fmt.Errorf("template builder: %w", err)
 	}
 	h, err := api.New(api.Config{
-		Sandboxes: mgr,
-		Code:      code,
-		Auth:      keys,
-		Audit:     auditLog,
-		Limiter:   limiter,
-		Quota:     keys,
-		Ready: func(ctx context.Context) error {
-			_, err := st.AuditHead(ctx)
-			return err
-		},
+		Sandboxes:   mgr,
+		Code:        code,
+		Auth:        keys,
+		Audit:       auditLog,
+		Limiter:     limiter,
+		Quota:       keys,
+		Ready:       (&readiness{dataDir: cfg.DataDir, head: st.AuditHead, writeErr: auditLog.WriteErr, now: time.Now}).check,
 		AuditLog:    auditLog,
 		AuditSigner: data.signer,
 		Keys:        keys,
@@ -277,9 +294,17 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	log.Info("shutting down; sandboxes keep running")
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
+	// The handler ends its own requests (sessions at once, the rest after
+	// shutdownGrace), each recording its outcome and answering, and waits
+	// for the hijacked ones (PTY) that srv.Shutdown does not.
+	handlerDone := make(chan error, 1)
+	go func() { handlerDone <- h.Shutdown(sctx, shutdownGrace) }()
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn("API shutdown", "err", err)
 		_ = srv.Close()
+	}
+	if err := <-handlerDone; err != nil {
+		log.Warn("API shutdown", "err", err)
 	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)

@@ -36,8 +36,10 @@ type Runtime interface {
 	Create(ctx context.Context, spec Spec) (Instance, error)
 
 	// Recover finds sandboxes created by earlier runs of the daemon. Those
-	// whose agent answers are returned, adopted; every other trace of a
-	// sandbox (processes, mounts, cgroups, files) is removed.
+	// whose agent is alive are returned, adopted, whether or not it
+	// answers yet (a backend may return a frozen or starved one: the
+	// caller thaws it with Pauser.Resume and waits for it); every other
+	// trace of a sandbox (processes, mounts, cgroups, files) is removed.
 	Recover(ctx context.Context) ([]Instance, error)
 }
 

@@ -42,6 +42,13 @@ type Manager struct {
 	stop    context.CancelFunc // ends background work
 	bg      sync.WaitGroup
 	fillSem chan struct{} // bounds pool members being created
+
+	recovering chan struct{} // closed when Start's background recovery ends
+
+	// step, if set, is called at each named step of create and destroy
+	// (see the step constants); tests stop a manager there to play a
+	// daemon killed at that point.
+	step func(name, id string)
 }
 
 // record is the manager's view of one sandbox. Its fields are guarded by
@@ -56,6 +63,8 @@ type record struct {
 	healthFails   int  // consecutive failed pings
 	unhealthy     bool // failed because of health checks (may recover)
 	destroyWanted bool // Destroy was called while creating
+	pending       bool // created with Spec.Pending, not confirmed yet
+	origin        string
 
 	created    chan struct{} // closed when creation ends, either way
 	destroying chan struct{} // non-nil while a destroy runs; closed at its end
@@ -122,125 +131,6 @@ func (m *Manager) Config() Config {
 		c.PoolSize[k] = v
 	}
 	return c
-}
-
-// Start adopts the sandboxes the runtime recovers and starts background
-// work. Adopted sandboxes get their record back from the state file or,
-// failing that, from their creation labels; those already expired,
-// unclaimed pool members and sandboxes without a readable record are
-// destroyed. Errors the runtime reports while cleaning up what it could
-// not recover are logged, not fatal. Start may be called once.
-func (m *Manager) Start(ctx context.Context) error {
-	m.mu.Lock()
-	if m.started || m.closed {
-		m.mu.Unlock()
-		return fmt.Errorf("sandbox manager: already started: %w", errdefs.ErrFailedPrecondition)
-	}
-	m.started = true
-	m.mu.Unlock()
-
-	insts, err := m.rt.Recover(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("sandbox manager: recover: %w", errdefs.ErrCanceled)
-		}
-		m.log.Warn("runtime recovery reported errors", "err", err)
-	}
-	adopted := make(map[string]bool)
-	for _, inst := range insts {
-		if m.adopt(ctx, inst) {
-			adopted[inst.ID()] = true
-		}
-	}
-	ids, err := m.state.ids()
-	if err != nil {
-		return fmt.Errorf("sandbox manager: state dir: %w: %v", errdefs.ErrInternal, err)
-	}
-	for _, id := range ids {
-		if !adopted[id] {
-			if err := m.state.remove(id); err != nil {
-				m.log.Warn("removing stale sandbox state", "sandbox", id, "err", err)
-			}
-		}
-	}
-	if len(insts) > 0 {
-		m.log.Info("adopted sandboxes", "recovered", len(insts), "adopted", len(adopted))
-	}
-
-	bgCtx, stop := context.WithCancel(context.Background())
-	m.mu.Lock()
-	m.stop = stop
-	m.mu.Unlock()
-	m.bg.Go(func() { m.reapLoop(bgCtx) })
-	if m.cfg.HealthInterval > 0 {
-		m.bg.Go(func() { m.healthLoop(bgCtx) })
-	}
-	for _, p := range m.pools {
-		m.bg.Go(func() { m.fillLoop(bgCtx, p) })
-	}
-	return nil
-}
-
-// adopt rebuilds the record of a recovered instance, or destroys it.
-func (m *Manager) adopt(ctx context.Context, inst runtime.Instance) bool {
-	id := inst.ID()
-	log := m.log.With("sandbox", id)
-	spec := inst.Spec()
-	p, err := decodeRecord([]byte(spec.Labels[labelKey]))
-	if sp, ok, serr := m.state.load(id); ok {
-		p, err = sp, nil
-	} else if serr != nil {
-		log.Warn("unreadable sandbox state file; using creation record", "err", serr)
-	}
-	now := time.Now()
-	reason := ""
-	switch {
-	case err != nil:
-		reason = "no usable sandbox record"
-	case p.Pool:
-		reason = "unclaimed pool member"
-	case !now.Before(p.ExpiresAt):
-		reason = "expired"
-	}
-	if reason != "" {
-		log.Info("destroying recovered sandbox", "reason", reason, "err", err)
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.DestroyTimeout)
-		defer cancel()
-		if derr := inst.Destroy(dctx); derr != nil {
-			log.Warn("destroying recovered sandbox failed", "err", derr)
-		}
-		if rerr := m.state.remove(id); rerr != nil {
-			log.Warn("removing sandbox state", "err", rerr)
-		}
-		return false
-	}
-	if p.ExpiresAt.After(p.MaxExpiresAt) {
-		p.ExpiresAt = p.MaxExpiresAt
-	}
-	rec := &record{
-		sb: Sandbox{
-			ID:           id,
-			Owner:        p.Owner,
-			Template:     p.Template,
-			State:        StateRunning,
-			Limits:       spec.Limits,
-			Env:          p.Env,
-			Metadata:     p.Metadata,
-			CreatedAt:    p.CreatedAt,
-			ExpiresAt:    p.ExpiresAt,
-			MaxExpiresAt: p.MaxExpiresAt,
-			IdleTimeout:  p.IdleTimeout,
-			LastActivity: now,
-		},
-		inst:    inst,
-		client:  agentclient.New(inst.Dial),
-		created: closedChan(),
-	}
-	m.mu.Lock()
-	m.records[id] = rec
-	m.active++
-	m.mu.Unlock()
-	return true
 }
 
 // Close stops the reaper, health checks and pool fillers, destroys the
@@ -366,6 +256,8 @@ func (m *Manager) createCold(ctx context.Context, rs resolvedSpec) (Sandbox, err
 			LastActivity: now,
 		},
 		created: make(chan struct{}),
+		pending: rs.pending,
+		origin:  rs.origin,
 	}
 	m.mu.Lock()
 	if _, dup := m.records[id]; dup {
@@ -376,7 +268,22 @@ func (m *Manager) createCold(ctx context.Context, rs resolvedSpec) (Sandbox, err
 	m.records[id] = rec
 	m.mu.Unlock()
 
-	inst, err := m.startInstance(ctx, rs.template, id, rs.limits, persistedOf(&rec.sb))
+	// The record is on disk before anything of the sandbox exists, so
+	// that a restart at any later step knows whose sandbox it was, and
+	// whether its creation was confirmed (see Start).
+	p := rec.persisted()
+	err = m.state.save(id, p)
+	if err == nil {
+		m.atStep(stepCreateRecorded, id)
+		var inst runtime.Instance
+		inst, err = m.startInstance(ctx, rs.template, id, rs.limits, p)
+		if err == nil {
+			rec.inst = inst
+			m.atStep(stepCreateStarted, id)
+		} else if rerr := m.state.remove(id); rerr != nil {
+			m.log.Warn("removing sandbox state", "sandbox", id, "err", rerr)
+		}
+	}
 	m.mu.Lock()
 	if err != nil {
 		delete(m.records, id)
@@ -385,6 +292,7 @@ func (m *Manager) createCold(ctx context.Context, rs resolvedSpec) (Sandbox, err
 		m.mu.Unlock()
 		return Sandbox{}, err
 	}
+	inst := rec.inst
 	rec.inst, rec.client = inst, agentclient.New(inst.Dial)
 	rec.sb.State = StateRunning
 	rec.sb.LastActivity = time.Now()
@@ -403,6 +311,60 @@ func (m *Manager) createCold(ctx context.Context, rs resolvedSpec) (Sandbox, err
 		return sb, err
 	}
 	return sb, nil
+}
+
+// Confirm ends the provisional state of a sandbox created with
+// Spec.Pending: from now on a restart adopts it. The API calls it once
+// the create's outcome is in the audit log, before it answers. Confirming
+// a sandbox that is not pending does nothing.
+func (m *Manager) Confirm(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return ctxErr(ctx, "confirm")
+	}
+	m.mu.Lock()
+	rec, ok := m.records[id]
+	m.mu.Unlock()
+	if !ok {
+		return notFound(id)
+	}
+	rec.saveMu.Lock()
+	defer rec.saveMu.Unlock()
+	m.mu.Lock()
+	if !rec.pending {
+		m.mu.Unlock()
+		return nil
+	}
+	if s := rec.sb.State; s != StateRunning && s != StateFailed {
+		m.mu.Unlock()
+		return fmt.Errorf("sandbox %s is %s: %w", id, s, errdefs.ErrFailedPrecondition)
+	}
+	p := rec.persisted()
+	p.Pending = false
+	m.mu.Unlock()
+	if err := m.state.save(id, p); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	rec.pending = false
+	m.mu.Unlock()
+	m.atStep(stepCreateConfirmed, id)
+	return nil
+}
+
+// The steps of create and destroy at which Manager.step is called.
+const (
+	stepCreateRecorded  = "create.recorded"  // record file written; nothing else exists
+	stepCreateStarted   = "create.started"   // the runtime made the sandbox; Create has not returned
+	stepCreateConfirmed = "create.confirmed" // Confirm wrote the record
+	stepDestroyMarked   = "destroy.marked"   // the record says the sandbox is ending
+	stepDestroyKilled   = "destroy.killed"   // the runtime destroyed it; its record file is still there
+)
+
+// atStep calls the test hook, if any.
+func (m *Manager) atStep(name, id string) {
+	if m.step != nil {
+		m.step(name, id)
+	}
 }
 
 // startInstance resolves the template and creates the runtime instance,
@@ -565,20 +527,39 @@ func (m *Manager) destroyRecord(ctx context.Context, rec *record, reason string)
 			m.mu.Unlock()
 			return err
 		}
-		// running or failed: this call destroys it.
+		// adopting, running or failed: this call destroys it.
 		rec.sb.State = StateStopping
 		rec.destroying = make(chan struct{})
 		m.mu.Unlock()
 		break
 	}
+	return m.runDestroy(ctx, rec, reason)
+}
 
+// runDestroy destroys rec, which its caller moved to StateStopping with a
+// fresh destroying channel, and reports the result to those waiting.
+func (m *Manager) runDestroy(ctx context.Context, rec *record, reason string) error {
 	id := rec.sb.ID
 	rec.client.Close()
+	// The record says the sandbox is ending before the runtime starts on
+	// it: a destroy cut by a restart can leave it frozen, and the next
+	// daemon must then finish the destroy rather than thaw and adopt it.
+	rec.saveMu.Lock()
+	m.mu.Lock()
+	p := rec.persisted()
+	m.mu.Unlock()
+	p.Ending = reason
+	if err := m.state.save(id, p); err != nil {
+		m.log.Warn("marking sandbox as ending", "sandbox", id, "err", err)
+	}
+	rec.saveMu.Unlock()
+	m.atStep(stepDestroyMarked, id)
 	// The destroy must complete even if the caller goes away.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.DestroyTimeout)
 	err := rec.inst.Destroy(dctx)
 	cancel()
 	if err == nil {
+		m.atStep(stepDestroyKilled, id)
 		rec.saveMu.Lock()
 		if rerr := m.state.remove(id); rerr != nil {
 			m.log.Warn("removing sandbox state", "sandbox", id, "err", rerr)
@@ -647,7 +628,7 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration) (S
 	}
 	old := rec.sb.ExpiresAt
 	rec.sb.ExpiresAt = exp
-	p := persistedOf(&rec.sb)
+	p := rec.persisted()
 	m.mu.Unlock()
 	if err := m.state.save(id, p); err != nil {
 		m.mu.Lock()
@@ -688,7 +669,11 @@ func (m *Manager) acquire(id string) (*record, func(), error) {
 	if !ok {
 		return nil, nil, notFound(id)
 	}
-	if rec.sb.State != StateRunning {
+	switch rec.sb.State {
+	case StateRunning:
+	case StateAdopting:
+		return nil, nil, fmt.Errorf("sandbox %s is being adopted by the restarted daemon; retry in a moment: %w", id, errdefs.ErrUnavailable)
+	default:
 		return nil, nil, fmt.Errorf("sandbox %s is %s: %w", id, rec.sb.State, errdefs.ErrFailedPrecondition)
 	}
 	rec.inflight++

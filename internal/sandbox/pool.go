@@ -109,7 +109,8 @@ func (m *Manager) claim(ctx context.Context, p *pool, rs resolvedSpec) (sb Sandb
 		// A member whose agent died would hand out a broken sandbox. The
 		// ping and the state file are independent: do them side by side.
 		saved := make(chan error, 1)
-		go func() { saved <- m.state.save(rec.sb.ID, persistedOf(&rec.sb)) }()
+		p := rec.persisted()
+		go func() { saved <- m.state.save(rec.sb.ID, p) }()
 		pctx, cancel := context.WithTimeout(ctx, m.cfg.HealthTimeout)
 		_, perr := pm.client.Info(pctx)
 		cancel()
@@ -164,6 +165,8 @@ func (m *Manager) claimRecord(pm *poolMember, p *pool, rs resolvedSpec, now time
 		inst:    pm.inst,
 		client:  pm.client,
 		created: closedChan(),
+		pending: rs.pending,
+		origin:  rs.origin,
 	}
 }
 

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -80,8 +81,21 @@ func TestRestartAdoption(t *testing.T) {
 	}
 	time.Sleep(150 * time.Millisecond) // let doomed expire
 
-	m2 := e.newManager(Config{MaxLifetime: time.Hour, DefaultTimeout: time.Minute})
+	ends := &endLog{}
+	m2 := e.newManager(Config{MaxLifetime: time.Hour, DefaultTimeout: time.Minute, Ends: ends})
 	if err := m2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Start returns with every live sandbox known (adopting, or running
+	// already); the rest happens in the background.
+	for _, want := range []Sandbox{claimed, cold, plain} {
+		if got, err := m2.Get(want.ID); err != nil || (got.State != StateAdopting && got.State != StateRunning) {
+			t.Errorf("%s right after Start: %+v %v, want adopting or running", want.ID, got, err)
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := m2.WaitRecovered(wctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []Sandbox{claimed, cold, plain} {
@@ -104,9 +118,14 @@ func TestRestartAdoption(t *testing.T) {
 		if slices.Contains(live, id) {
 			t.Errorf("%s survived adoption", id)
 		}
-		if _, err := m2.Get(id); err == nil {
-			t.Errorf("%s has a record", id)
+		if sb, err := m2.Get(id); err == nil && sb.State != StateStopped {
+			t.Errorf("%s is %s, want stopped or gone", id, sb.State)
 		}
+	}
+	// Each end but the pool member's is on the record, with its reason.
+	wantEnds := map[string]string{doomed.ID: EndExpired, "sb-nolabels": EndNoRecord, "sb-badlabels": EndNoRecord, "sb-gone": EndAgentGone}
+	if got := ends.reasons(); !maps.Equal(got, wantEnds) {
+		t.Errorf("ends recorded %v, want %v", got, wantEnds)
 	}
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
 		t.Errorf("stale state file kept: %v", err)

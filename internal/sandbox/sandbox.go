@@ -18,6 +18,13 @@
 //	              v  |         v
 //	             failed ------>
 //
+// A sandbox a restarted daemon finds alive is adopting (its cgroup thawed,
+// its agent waited for) until its agent answers, then running; one whose
+// agent does not answer within Config.AdoptTimeout is failed (it returns to
+// running when it answers a health check). Operations on an adopting
+// sandbox fail with ErrUnavailable: retry. See Manager.Start for what
+// recovery ends instead of adopting, and EndRecorder for how it says so.
+//
 // A sandbox is failed when its agent stops answering health checks (it
 // returns to running if the agent answers again) or when destroying it
 // failed; either way it still counts against MaxConcurrent and is
@@ -46,6 +53,7 @@ type State string
 // a sandbox; nothing sets it yet.
 const (
 	StateCreating State = "creating"
+	StateAdopting State = "adopting"
 	StateRunning  State = "running"
 	StatePaused   State = "paused"
 	StateStopping State = "stopping"
@@ -56,7 +64,7 @@ const (
 // Valid reports whether s is one of the defined states.
 func (s State) Valid() bool {
 	switch s {
-	case StateCreating, StateRunning, StatePaused, StateStopping, StateStopped, StateFailed:
+	case StateCreating, StateAdopting, StateRunning, StatePaused, StateStopping, StateStopped, StateFailed:
 		return true
 	}
 	return false
@@ -92,6 +100,15 @@ type Spec struct {
 	// IdleTimeout, if set, destroys the sandbox after this long without
 	// exec or file activity (and no operation in flight).
 	IdleTimeout time.Duration
+	// Pending makes the sandbox provisional until Confirm: a daemon that
+	// restarts before Confirm removes it (EndCreateInterrupted), so that
+	// a create whose caller never got an answer leaves nothing behind.
+	// The API sets it and confirms once the create is on the record.
+	Pending bool
+	// Origin is an opaque reference to the request that created the
+	// sandbox (the API puts the seq of its audit intent), kept with the
+	// sandbox and handed back in every End.
+	Origin string
 }
 
 // Sandbox is a point-in-time snapshot of one sandbox. It is a copy: the
@@ -197,6 +214,16 @@ type Config struct {
 	// StoppedRetention is how long a stopped sandbox stays visible to Get
 	// and List. Default 1 minute; negative drops records at once.
 	StoppedRetention time.Duration
+	// AdoptTimeout is how long a restarted manager waits for the agent of
+	// a sandbox it adopts to answer before marking it failed (never
+	// destroyed: its agent is alive, only slow). Default 60 seconds.
+	AdoptTimeout time.Duration
+	// AdoptConcurrency bounds the sandboxes adopted, or ended by
+	// recovery, at once. Default 16.
+	AdoptConcurrency int
+	// Ends, if set, is told of every sandbox that recovery ends (see
+	// EndRecorder); the daemon records them in the audit log.
+	Ends EndRecorder
 }
 
 // withDefaults returns c with zero fields set to their defaults.
@@ -272,6 +299,12 @@ func (c Config) withDefaults() Config {
 	if c.StoppedRetention == 0 {
 		c.StoppedRetention = time.Minute
 	}
+	if c.AdoptTimeout == 0 {
+		c.AdoptTimeout = time.Minute
+	}
+	if c.AdoptConcurrency == 0 {
+		c.AdoptConcurrency = 16
+	}
 	return c
 }
 
@@ -300,6 +333,10 @@ func (c Config) Validate() error {
 		return bad("intervals and timeouts must be positive")
 	case c.HealthFailures < 0:
 		return bad("health failures must be positive")
+	case c.AdoptTimeout < 0:
+		return bad("adopt timeout must be positive")
+	case c.AdoptConcurrency < 0 || c.AdoptConcurrency > 256:
+		return bad("adopt concurrency must be between 1 and 256")
 	}
 	if err := checkLimits(c.MaxLimits, runtime.Limits{}, false); err != nil {
 		return bad("max limits: %v", err)
@@ -323,14 +360,28 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// MinCPUs is the smallest CPU limit a sandbox may have. The agent shares
+// its sandbox's CPU quota with the sandbox's processes (its cgroup and
+// work/'s get equal shares), so a smaller quota starves the agent when the
+// sandbox runs busy loops: it answers exec, health checks and the pings of
+// a restarted daemon too late. Measured on a 2-core host with 8 busy loops
+// in the sandbox (internal/e2e TestRestartSlow logs the
+// latencies; docs/BENCHMARKS.md has the figures): an exec took 3.6 s at
+// 0.01 CPU, up to 3.0 s at 0.02 and 1.1 s at 0.03, and at most 0.71 s at
+// 0.05, a third of the 2 s health-check timeout.
+const MinCPUs = 0.05
+
 // checkLimits reports a negative field of l or, when capped, a field
-// above max.
+// above max or a CPU limit below MinCPUs.
 func checkLimits(l, max runtime.Limits, capped bool) error {
 	if l.CPUs < 0 || l.MemoryBytes < 0 || l.Pids < 0 || l.DiskBytes < 0 {
 		return fmt.Errorf("limits must not be negative")
 	}
 	if math.IsNaN(l.CPUs) || math.IsInf(l.CPUs, 0) {
 		return fmt.Errorf("cpus must be a finite number")
+	}
+	if l.CPUs != 0 && l.CPUs < MinCPUs {
+		return fmt.Errorf("cpus %g is below the minimum %g, at which the sandbox's agent still answers while the sandbox is busy", l.CPUs, MinCPUs)
 	}
 	if !capped {
 		return nil
@@ -372,6 +423,8 @@ type resolvedSpec struct {
 	metadata    map[string]string
 	timeout     time.Duration
 	idleTimeout time.Duration
+	pending     bool
+	origin      string
 }
 
 // envKeyPattern is what an environment variable name may look like.
@@ -419,6 +472,9 @@ func (c Config) resolve(s Spec, templates *template.Registry) (resolvedSpec, err
 	if len(s.Owner) > MaxKeyBytes || !utf8.ValidString(s.Owner) || containsNUL(s.Owner) {
 		return bad("owner must be UTF-8 without NUL bytes and at most %d bytes", MaxKeyBytes)
 	}
+	if len(s.Origin) > MaxKeyBytes || !utf8.ValidString(s.Origin) || containsNUL(s.Origin) {
+		return bad("origin must be UTF-8 without NUL bytes and at most %d bytes", MaxKeyBytes)
+	}
 	return resolvedSpec{
 		owner:       s.Owner,
 		template:    src,
@@ -428,6 +484,8 @@ func (c Config) resolve(s Spec, templates *template.Registry) (resolvedSpec, err
 		metadata:    cloneMap(s.Metadata),
 		timeout:     timeout,
 		idleTimeout: s.IdleTimeout,
+		pending:     s.Pending,
+		origin:      s.Origin,
 	}, nil
 }
 

@@ -38,6 +38,21 @@ type persisted struct {
 	IdleTimeout  time.Duration     `json:"idle_timeout,omitempty"`
 	Env          map[string]string `json:"env,omitempty"`
 	Metadata     map[string]string `json:"metadata,omitempty"`
+	// Pending: created with Spec.Pending and not confirmed yet.
+	Pending bool   `json:"pending,omitempty"`
+	Origin  string `json:"origin,omitempty"`
+	// Ending is set, with its reason, before the sandbox is destroyed:
+	// a restart finishes the destroy instead of adopting the sandbox
+	// (which the interrupted destroy may have left frozen).
+	Ending string `json:"ending,omitempty"`
+}
+
+// persisted returns what a restart needs of rec. Call with Manager.mu
+// held, or before rec is shared.
+func (r *record) persisted() persisted {
+	p := persistedOf(&r.sb)
+	p.Pending, p.Origin = r.pending, r.origin
+	return p
 }
 
 // persistedOf extracts the persistent part of sb.

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
@@ -23,7 +24,7 @@ const HostName = "host"
 // hostRecipeVersion identifies what buildSkeleton produces. Bump it whenever
 // the skeleton's content changes: the next Resolve builds a fresh skeleton
 // next to the old one (old ones are left for sandboxes that still use them;
-// see Host.Prune).
+// see Host.Prune). Skeleton directories are named v<recipe>-<fingerprint>.
 const hostRecipeVersion = 1
 
 // systemDirs are the host directories a host-template sandbox sees,
@@ -78,17 +79,36 @@ type HostOptions struct {
 }
 
 // Host is the "host" template: the host's system directories, read-only,
-// over a skeleton layer with a curated /etc. The skeleton is built once
-// per recipe version under CacheDir, atomically (built in a temporary
-// directory and renamed into place), so concurrent daemons and restarts
-// share it.
+// over a skeleton layer with a curated /etc. A skeleton is built per recipe
+// version and per state of the host's /etc (its fingerprint: the names,
+// modes, sizes, times and inodes of what copyEtc would copy) under
+// CacheDir, atomically (built in a temporary directory and renamed into
+// place), so concurrent daemons and restarts share it.
+//
+// The system directories are bound live, but /etc is a copy, so a host
+// package install (a new /etc/alternatives link, a new ld.so.cache) would
+// leave it stale. Host watches the host's /etc with inotify once Resolve
+// has run: the first Resolve after a change fingerprints /etc again (a few
+// milliseconds) and, when it differs, builds a new skeleton, which
+// sandboxes created from then on use. Every hostRecheck it fingerprints
+// /etc anyway, in case the watch missed something (or inotify is not
+// available). Close stops the watch.
 type Host struct {
 	opts HostOptions
 	log  *slog.Logger
 
-	mu     sync.Mutex
-	rootfs *runtime.Rootfs // cached after the first successful Resolve
+	mu        sync.Mutex
+	rootfs    *runtime.Rootfs // cached after the first successful Resolve
+	fp        string          // fingerprint of /etc the skeleton was built from
+	checked   time.Time       // when fp was last compared with /etc
+	changed   atomic.Bool     // the watch saw /etc change since checked
+	watch     *etcWatch
+	watchOnce sync.Once
 }
+
+// hostRecheck is how often Resolve fingerprints /etc even when the watch
+// saw no change.
+const hostRecheck = 30 * time.Second
 
 var _ Source = (*Host)(nil)
 
@@ -128,30 +148,16 @@ func (h *Host) Name() string { return HostName }
 
 // Resolve returns the skeleton layer and the bind mounts of the host's
 // system directories, building the skeleton first if this recipe version
-// has none yet.
+// and state of /etc have none yet.
 func (h *Host) Resolve(ctx context.Context) (runtime.Rootfs, error) {
+	h.watchOnce.Do(h.startWatch)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.rootfs == nil {
-		skel, err := h.ensureSkeleton(ctx)
-		if err != nil {
+	if h.rootfs == nil || h.changed.Load() || time.Since(h.checked) > hostRecheck {
+		if err := h.refresh(ctx); err != nil {
 			h.log.Error("building skeleton failed", "err", err)
 			return runtime.Rootfs{}, fmt.Errorf("template %s: cannot prepare the root filesystem: %w", HostName, errdefs.Class(err))
 		}
-		rfs := runtime.Rootfs{Layers: []string{skel}, Workdir: "/home/user"}
-		for _, dir := range systemDirs {
-			fi, err := os.Lstat(filepath.Join(skel, dir))
-			if err != nil {
-				if errors.Is(err, fs.ErrNotExist) {
-					continue
-				}
-				return runtime.Rootfs{}, fmt.Errorf("template %s: %w", HostName, errdefs.ErrInternal)
-			}
-			if fi.IsDir() {
-				rfs.Binds = append(rfs.Binds, runtime.Bind{Source: filepath.Join(h.opts.Root, dir), Target: dir})
-			}
-		}
-		h.rootfs = &rfs
 	}
 	// The skeleton was built against the host layout; check that the bind
 	// sources are still directories (cheap: one lstat each).
@@ -165,15 +171,95 @@ func (h *Host) Resolve(ctx context.Context) (runtime.Rootfs, error) {
 	return cloneRootfs(*h.rootfs), nil
 }
 
-// SkeletonDir is where the skeleton of the current recipe version lives (it
-// may not exist yet).
-func (h *Host) SkeletonDir() string {
-	return filepath.Join(h.opts.CacheDir, "v"+strconv.Itoa(h.opts.recipe))
+// refresh fingerprints /etc and, when it differs from the skeleton's,
+// switches to the skeleton of the new state, building it if needed.
+// Called with h.mu held.
+func (h *Host) refresh(ctx context.Context) error {
+	h.changed.Store(false) // a change from here on is seen next time
+	fp, err := etcFingerprint(ctx, h.opts.Etc)
+	if err != nil {
+		h.changed.Store(true)
+		return err
+	}
+	h.checked = time.Now()
+	if h.rootfs != nil && fp == h.fp {
+		return nil
+	}
+	skel, err := h.ensureSkeleton(ctx, fp)
+	if err != nil {
+		h.changed.Store(true)
+		return err
+	}
+	rfs := runtime.Rootfs{Layers: []string{skel}, Workdir: "/home/user"}
+	for _, dir := range systemDirs {
+		fi, err := os.Lstat(filepath.Join(skel, dir))
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return fmt.Errorf("template %s: %w", HostName, errdefs.ErrInternal)
+		}
+		if fi.IsDir() {
+			rfs.Binds = append(rfs.Binds, runtime.Bind{Source: filepath.Join(h.opts.Root, dir), Target: dir})
+		}
+	}
+	if h.rootfs != nil {
+		h.log.Info("the host's /etc changed: new sandboxes use a fresh skeleton", "dir", skel)
+	}
+	h.rootfs, h.fp = &rfs, fp
+	return nil
 }
 
-// Prune removes skeletons of other recipe versions and leftovers of
-// interrupted builds. Call it only when no sandbox uses an old skeleton
-// (for example at daemon start, before adopting, or never).
+// Provenance says what the template is made of and when its current
+// skeleton was built (zero before the first Resolve).
+func (h *Host) Provenance() (source string, built time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	source = "this host's " + strings.Join(systemDirs, ", ") + " (read-only, live) and a curated copy of " + h.opts.Etc
+	if h.rootfs == nil {
+		return source + " (not built yet)", time.Time{}
+	}
+	if fi, err := os.Stat(h.rootfs.Layers[0]); err == nil {
+		built = fi.ModTime().UTC()
+	}
+	return source + " (fingerprint " + h.fp[:12] + ", rebuilt when " + h.opts.Etc + " changes)", built
+}
+
+// Close stops watching the host's /etc. Resolve still works, fingerprinting
+// /etc every hostRecheck.
+func (h *Host) Close() error {
+	h.watchOnce.Do(func() {}) // no watch after Close
+	h.mu.Lock()
+	w := h.watch
+	h.watch = nil
+	h.mu.Unlock()
+	if w != nil {
+		return w.close()
+	}
+	return nil
+}
+
+// startWatch starts the inotify watch of /etc, or logs why it cannot.
+func (h *Host) startWatch() {
+	w, err := watchEtc(h.opts.Etc, func() { h.changed.Store(true) }, h.log)
+	if err != nil {
+		h.log.Warn("cannot watch the host's /etc; changes are picked up within "+hostRecheck.String(), "err", err)
+		return
+	}
+	h.mu.Lock()
+	h.watch = w
+	h.mu.Unlock()
+}
+
+// skeletonDir is where the skeleton of the current recipe version and the
+// /etc fingerprint fp lives (it may not exist yet).
+func (h *Host) skeletonDir(fp string) string {
+	return filepath.Join(h.opts.CacheDir, "v"+strconv.Itoa(h.opts.recipe)+"-"+fp[:16])
+}
+
+// Prune removes skeletons other than the current one (of other recipe
+// versions, or of an earlier /etc) and leftovers of interrupted builds.
+// Call it only when no sandbox uses an old skeleton.
 func (h *Host) Prune() error {
 	entries, err := os.ReadDir(h.opts.CacheDir)
 	if err != nil {
@@ -182,7 +268,12 @@ func (h *Host) Prune() error {
 		}
 		return fmt.Errorf("template host: prune: %w", err)
 	}
-	current := filepath.Base(h.SkeletonDir())
+	h.mu.Lock()
+	current := ""
+	if h.rootfs != nil {
+		current = filepath.Base(h.rootfs.Layers[0])
+	}
+	h.mu.Unlock()
 	var errs []error
 	for _, e := range entries {
 		name := e.Name()
@@ -196,9 +287,10 @@ func (h *Host) Prune() error {
 	return errors.Join(errs...)
 }
 
-// ensureSkeleton returns the current skeleton, building it if needed.
-func (h *Host) ensureSkeleton(ctx context.Context) (string, error) {
-	final := h.SkeletonDir()
+// ensureSkeleton returns the skeleton of /etc's state fp, building it if
+// needed.
+func (h *Host) ensureSkeleton(ctx context.Context, fp string) (string, error) {
+	final := h.skeletonDir(fp)
 	if fi, err := os.Lstat(final); err == nil && fi.IsDir() {
 		return final, nil
 	}

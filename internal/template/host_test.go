@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
@@ -127,6 +128,7 @@ func newFixtureHost(t *testing.T, root, cache string) *Host {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { h.Close() })
 	return h
 }
 
@@ -138,8 +140,8 @@ func TestHostSkeleton(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rfs.Layers) != 1 || rfs.Layers[0] != h.SkeletonDir() {
-		t.Fatalf("layers = %v, want [%s]", rfs.Layers, h.SkeletonDir())
+	if len(rfs.Layers) != 1 || filepath.Dir(rfs.Layers[0]) != cache || !strings.HasPrefix(filepath.Base(rfs.Layers[0]), "v1-") {
+		t.Fatalf("layers = %v, want [%s/v1-<fingerprint>]", rfs.Layers, cache)
 	}
 	if rfs.Workdir != "/home/user" {
 		t.Errorf("workdir = %q", rfs.Workdir)
@@ -357,6 +359,7 @@ func TestHostIdempotentAndVersioned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer h3.Close()
 	r5, err := h3.Resolve(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -481,6 +484,7 @@ func TestHostRealEtc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer h.Close()
 	rfs, err := h.Resolve(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -549,6 +553,119 @@ func TestEtcDenied(t *testing.T) {
 	for _, tt := range tests {
 		if got := etcDenied(tt.rel); got != tt.want {
 			t.Errorf("etcDenied(%q) = %v, want %v", tt.rel, got, tt.want)
+		}
+	}
+}
+
+// TestHostEtcChanges: a change to the host's /etc (a package install adds
+// an alternatives link and rewrites ld.so.cache) reaches the sandboxes
+// created after it: the watch notices at once, the next Resolve builds a
+// fresh skeleton, the old one stays for the sandboxes that use it. A change
+// to a denied file (a credential) costs nothing.
+func TestHostEtcChanges(t *testing.T) {
+	root := fixtureHost(t)
+	cache := t.TempDir()
+	h := newFixtureHost(t, root, cache)
+	ctx := context.Background()
+	r1, err := h.Resolve(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, built1 := h.Provenance()
+	etc := filepath.Join(root, "etc")
+
+	// A credential changes: same skeleton.
+	mustWrite(t, filepath.Join(etc, "shadow"), secretContent+"2", 0o640)
+	if r, err := h.Resolve(ctx); err != nil || r.Layers[0] != r1.Layers[0] {
+		t.Fatalf("Resolve after a shadow change = %v, %v; want the same skeleton", r.Layers, err)
+	}
+
+	// A package install: a new directory with a link in it, a rewritten
+	// cache file.
+	mustMkdir(t, filepath.Join(etc, "alternatives"), 0o755)
+	mustSymlink(t, "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3", filepath.Join(etc, "alternatives", "libblas.so.3"))
+	mustWrite(t, filepath.Join(etc, "ld.so.cache"), "new cache", 0o644)
+	waitChanged(t, h)
+	r2, err := h.Resolve(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.Layers[0] == r1.Layers[0] {
+		t.Fatal("the skeleton was not rebuilt after /etc changed")
+	}
+	if got, err := os.Readlink(filepath.Join(r2.Layers[0], "etc", "alternatives", "libblas.so.3")); err != nil || got != "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3" {
+		t.Errorf("new skeleton's alternatives link = %q, %v", got, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(r2.Layers[0], "etc", "ld.so.cache")); string(b) != "new cache" {
+		t.Errorf("new skeleton's ld.so.cache = %q", b)
+	}
+	if _, err := os.Stat(r1.Layers[0]); err != nil {
+		t.Errorf("the old skeleton, which sandboxes may use, is gone: %v", err)
+	}
+	assertNoSecrets(t, r2.Layers[0])
+	src, built2 := h.Provenance()
+	if !strings.Contains(src, etc) || built2.IsZero() || built2.Before(built1) {
+		t.Errorf("Provenance = %q, %v (first build %v)", src, built2, built1)
+	}
+
+	// A file in a directory made after the watch began.
+	mustWrite(t, filepath.Join(etc, "alternatives", "note"), "x", 0o644)
+	waitChanged(t, h)
+	if r3, err := h.Resolve(ctx); err != nil || r3.Layers[0] == r2.Layers[0] {
+		t.Fatalf("Resolve after a change in a new directory = %v, %v; want a fresh skeleton", r3.Layers, err)
+	}
+
+	// A restarted daemon on the same cache and /etc reuses the skeleton.
+	h2 := newFixtureHost(t, root, cache)
+	r4, err := h2.Resolve(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r5, _ := h.Resolve(ctx); r4.Layers[0] != r5.Layers[0] {
+		t.Errorf("a new Host built %s, want the current %s", r4.Layers[0], r5.Layers[0])
+	}
+}
+
+// waitChanged waits until h's watch has seen a change.
+func waitChanged(t *testing.T, h *Host) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !h.changed.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the watch did not see the change of /etc within 5 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestHostEtcRecheck: without a watch (Close), a change is still picked up
+// by the periodic fingerprint.
+func TestHostEtcRecheck(t *testing.T) {
+	root := fixtureHost(t)
+	h := newFixtureHost(t, root, t.TempDir())
+	ctx := context.Background()
+	r1, err := h.Resolve(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+	mustWrite(t, filepath.Join(root, "etc", "hostname"), "renamed", 0o644)
+	if r, _ := h.Resolve(ctx); r.Layers[0] != r1.Layers[0] {
+		t.Fatal("rebuilt before the recheck interval without a watch")
+	}
+	h.mu.Lock()
+	h.checked = time.Now().Add(-hostRecheck - time.Second)
+	h.mu.Unlock()
+	r2, err := h.Resolve(ctx)
+	if err != nil || r2.Layers[0] == r1.Layers[0] {
+		t.Fatalf("Resolve after the recheck interval = %v, %v; want a fresh skeleton", r2.Layers, err)
+	}
+}
+
+func BenchmarkEtcFingerprint(b *testing.B) {
+	for b.Loop() {
+		if _, err := etcFingerprint(context.Background(), "/etc"); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -14,7 +14,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/cgroups"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
@@ -84,13 +83,6 @@ func (i *Instance) Dial(ctx context.Context) (net.Conn, error) {
 		return nil, fmt.Errorf("sandbox %s: agent: %w", i.id, errdefs.ErrUnavailable)
 	}
 	return c, nil
-}
-
-func (i *Instance) ping(ctx context.Context) error {
-	c := agentclient.New(i.Dial)
-	defer c.Close()
-	_, err := c.Info(ctx)
-	return err
 }
 
 // Stats implements runtime.Instance.

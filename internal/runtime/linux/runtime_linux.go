@@ -378,16 +378,23 @@ func readState(dir string) (*state, error) {
 	return &st, nil
 }
 
+// recoverConcurrency bounds the sandboxes Recover removes at once.
+const recoverConcurrency = 8
+
 // Recover implements runtime.Runtime: it adopts every sandbox left by an
-// earlier daemon whose agent still answers and removes all others, as well
-// as cgroups that have no state directory.
+// earlier daemon whose agent process is still the recorded one (pid and
+// start time), without waiting for it to answer: an agent starved of CPU
+// or frozen by a destroy the restart cut short is alive, and the caller
+// decides whether to thaw and wait for it (Resume) or destroy it. It
+// removes the sandboxes whose agent is gone and the cgroups that have no
+// state directory, up to recoverConcurrency at a time.
 func (r *Runtime) Recover(ctx context.Context) ([]runtime.Instance, error) {
 	entries, err := os.ReadDir(r.cfg.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("recover: %w", err)
 	}
 	var adopted []runtime.Instance
-	var errs []error
+	var doomed []string
 	seen := make(map[string]bool)
 	for _, e := range entries {
 		id := e.Name()
@@ -401,16 +408,15 @@ func (r *Runtime) Recover(ctx context.Context) ([]runtime.Instance, error) {
 		if known {
 			continue
 		}
-		inst, err := r.adopt(ctx, id)
+		inst, err := r.adopt(id)
 		if err != nil {
 			r.log.Info("removing sandbox that cannot be adopted", "sandbox", id, "reason", err)
-			if err := r.purge(ctx, id); err != nil {
-				errs = append(errs, err)
-			}
+			doomed = append(doomed, id)
 			continue
 		}
 		adopted = append(adopted, inst)
 	}
+	var errs []error
 	ids, err := r.cg.List()
 	if err != nil {
 		errs = append(errs, err)
@@ -418,15 +424,30 @@ func (r *Runtime) Recover(ctx context.Context) ([]runtime.Instance, error) {
 	for _, id := range ids {
 		if !seen[id] {
 			r.log.Info("removing orphaned sandbox cgroup", "sandbox", id)
-			if err := r.purge(ctx, id); err != nil {
-				errs = append(errs, err)
-			}
+			doomed = append(doomed, id)
 		}
 	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, recoverConcurrency)
+	for _, id := range doomed {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := r.purge(ctx, id); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
 	return adopted, errors.Join(errs...)
 }
 
-func (r *Runtime) adopt(ctx context.Context, id string) (*Instance, error) {
+// adopt makes the Instance of sandbox id if its recorded agent process
+// is alive. It does not talk to the agent.
+func (r *Runtime) adopt(id string) (*Instance, error) {
 	dir := filepath.Join(r.cfg.StateDir, id)
 	st, err := readState(dir)
 	if err != nil {
@@ -445,24 +466,14 @@ func (r *Runtime) adopt(ctx context.Context, id string) (*Instance, error) {
 		return nil, err
 	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if owner, used := r.slots[st.Slot]; used && owner != id {
-		r.mu.Unlock()
 		unix.Close(pidfd)
 		return nil, fmt.Errorf("uid slot %d already used by %s", st.Slot, owner)
 	}
 	r.slots[st.Slot] = id
-	r.mu.Unlock()
 	inst := newInstance(r, dir, st, cg, pidfd, nil)
-	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if err := inst.ping(pingCtx); err != nil {
-		// purge kills it; the slot stays reserved should that fail.
-		unix.Close(pidfd)
-		return nil, fmt.Errorf("agent does not answer: %w", err)
-	}
-	r.mu.Lock()
 	r.live[id] = inst
-	r.mu.Unlock()
 	return inst, nil
 }
 

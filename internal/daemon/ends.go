@@ -1,0 +1,73 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// ActionSandboxEnd is the audit action of a sandbox that the daemon ended
+// on its own authority (sandbox.End): by the daemon (no key), in the
+// sandbox owner's tenant, targeting the sandbox, with details "reason"
+// (a sandbox.End* reason) and "origin" (for an API create, the seq of
+// that create's intent record).
+const ActionSandboxEnd = "sandbox.end"
+
+// auditEnds records the sandboxes the manager ends in the audit log: an
+// intent before the sandbox is touched and an outcome after, like every
+// API mutation.
+type auditEnds struct {
+	log     *audit.Log
+	timeout time.Duration
+	logger  *slog.Logger
+}
+
+var _ sandbox.EndRecorder = auditEnds{}
+
+// BeginEnd implements sandbox.EndRecorder.
+func (a auditEnds) BeginEnd(ctx context.Context, e sandbox.End) (func(error), error) {
+	details := map[string]any{"reason": e.Reason}
+	if e.Origin != "" {
+		details["origin"] = e.Origin
+	}
+	if e.Template != "" {
+		details["template"] = e.Template
+	}
+	ev := audit.Event{TenantID: e.Owner, Action: ActionSandboxEnd, Target: e.ID, Details: details}
+	in := ev
+	in.Outcome = audit.OutcomeIntent
+	in.Time = time.Now().UTC()
+	actx, cancel := context.WithTimeout(ctx, a.timeout)
+	rec, err := a.log.AppendRecord(actx, in)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	return func(err error) {
+		out := ev
+		out.Outcome, out.IntentSeq, out.Time = endOutcome(err), rec.Seq, time.Now().UTC()
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.timeout)
+		defer cancel()
+		if aerr := a.log.Append(actx, out); aerr != nil {
+			a.logger.Error("audit append failed", "action", ActionSandboxEnd, "target", e.ID, "err", aerr)
+		}
+	}, nil
+}
+
+// endOutcome is the audit outcome of a sandbox's end: "ok" when nothing
+// of it is left, otherwise the error's class as the API would name it.
+func endOutcome(err error) string {
+	switch {
+	case err == nil:
+		return audit.OutcomeOK
+	case errors.Is(err, errdefs.ErrTimeout):
+		return "timeout"
+	default:
+		return "unavailable"
+	}
+}
