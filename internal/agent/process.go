@@ -394,6 +394,7 @@ func (t *processTable) run(p *process) {
 			// A process of the tree (say, one stage of a shell pipeline)
 			// was OOM-killed and the command failed because of it.
 			exit.Status = agentv1.ExitStatus_EXIT_STATUS_RESOURCE_EXCEEDED
+			exit.Error = limitReason(usage, 0)
 		default:
 			exit.Status = agentv1.ExitStatus_EXIT_STATUS_ERROR
 		}
@@ -405,6 +406,7 @@ func (t *processTable) run(p *process) {
 			exit.Status = agentv1.ExitStatus_EXIT_STATUS_TIMEOUT
 		case usage.OOMKills > 0 || resourceSignal(info.signal):
 			exit.Status = agentv1.ExitStatus_EXIT_STATUS_RESOURCE_EXCEEDED
+			exit.Error = limitReason(usage, info.signal)
 		default:
 			exit.Status = agentv1.ExitStatus_EXIT_STATUS_KILLED
 		}

@@ -130,6 +130,9 @@ func TestCgroups(t *testing.T) {
 	if err != nil || res.Status != agentclient.StatusResourceExceeded || !cgs.called("kill p3") {
 		t.Errorf("OOM: %+v %v, calls %v", res, err, cgs.calls)
 	}
+	if !strings.Contains(res.Error, "out of memory") {
+		t.Errorf("OOM error %q does not name memory", res.Error)
+	}
 	// A failure exit after an OOM kill in the tree (a pipeline stage was
 	// killed) is a resource failure too; success stays success.
 	res, _, _ = h.exec(t, agentclient.ExecRequest{Shell: "exit 137"})

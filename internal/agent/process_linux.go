@@ -250,3 +250,18 @@ func pendingBytes(f *os.File) uint64 {
 func resourceSignal(sig int) bool {
 	return sig == int(syscall.SIGXCPU) || sig == int(syscall.SIGXFSZ)
 }
+
+// limitReason says which limit a command that ended with
+// EXIT_STATUS_RESOURCE_EXCEEDED ran into, in its caller's terms.
+func limitReason(u ExecUsage, sig int) string {
+	switch {
+	case u.OOMKills > 0:
+		return fmt.Sprintf("out of memory: the kernel killed %d process(es) of the command when it reached the sandbox's memory limit (peak %d MiB)",
+			u.OOMKills, u.PeakMemoryBytes>>20)
+	case sig == int(syscall.SIGXFSZ):
+		return "file size limit: the command wrote a file larger than its limit allows (SIGXFSZ)"
+	case sig == int(syscall.SIGXCPU):
+		return "CPU time limit: the command used more CPU time than its limit allows (SIGXCPU)"
+	}
+	return "a resource limit of the sandbox"
+}

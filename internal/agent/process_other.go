@@ -39,6 +39,8 @@ func resizePty(*os.File, ptySize) error { return errNoProcesses }
 
 func resourceSignal(int) bool { return false }
 
+func limitReason(ExecUsage, int) string { return "a resource limit of the sandbox" }
+
 func cloexecInherited() error { return nil }
 
 // fsResolver resolves paths inside Root; not supported off Linux.

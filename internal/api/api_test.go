@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -347,6 +348,27 @@ func TestPublicError(t *testing.T) {
 		}
 		if tt.leaks != "" && strings.Contains(msg, tt.leaks) {
 			t.Errorf("publicError(%v) leaks %q: %q", tt.err, tt.leaks, msg)
+		}
+	}
+	// The class's text is noise at the end of a message (the code says
+	// it), except where it reads as a sentence.
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("sandbox sb-1 is stopped: %w", errdefs.ErrFailedPrecondition), "sandbox sb-1 is stopped"},
+		{fmt.Errorf("too many sandboxes: %w", errdefs.ErrResourceExhausted), "too many sandboxes"},
+		{fmt.Errorf("write /etc/x: %w", errdefs.ErrPermissionDenied), "write /etc/x: permission denied"},
+		{fmt.Errorf("sandbox sb-1: %w", errdefs.ErrNotFound), "sandbox sb-1: not found"},
+		{fmt.Errorf("template t: %w", errdefs.ErrAlreadyExists), "template t: already exists"},
+		{errdefs.ErrFailedPrecondition, "failed precondition"},
+		// An unavailable error written for the caller is shown.
+		{fmt.Errorf("pull: %w", errdefs.Publicf(errdefs.ErrUnavailable, "pull r/x: the registry at 127.0.0.1:5 refused the connection")),
+			"pull r/x: the registry at 127.0.0.1:5 refused the connection"},
+		{errdefs.Publicf(errdefs.ErrInternal, "the build failed"), "the build failed"},
+	} {
+		if _, _, msg := publicError(c.err); msg != c.want {
+			t.Errorf("publicError(%q) message %q, want %q", c.err, msg, c.want)
 		}
 	}
 	if _, _, msg := publicError(errors.New(strings.Repeat("x", 5000) + ": " + errdefs.ErrInvalidArgument.Error())); len(msg) > maxMessageBytes+3 {

@@ -27,6 +27,7 @@ const (
 	CodeFailedPrecondition   = "failed_precondition"    // 409: e.g. the sandbox is not running
 	CodeRequestTooLarge      = "request_too_large"      // 413
 	CodeUnsupportedMediaType = "unsupported_media_type" // 415
+	CodeUpgradeRequired      = "upgrade_required"       // 426: a WebSocket route asked without the upgrade
 	CodeRateLimited          = "rate_limited"           // 429: the key's request rate
 	CodeResourceExhausted    = "resource_exhausted"     // 429: a quota or capacity
 	CodeCanceled             = "canceled"               // 499: the client went away
@@ -71,9 +72,9 @@ func invalidf(format string, args ...any) error {
 // publicError is the one place where an error becomes an HTTP status, a
 // public code and a message. Errors of the API layer keep their own; the
 // others are mapped by their errdefs class. Internal and unavailable errors
-// get a fixed message, since theirs may carry host details; every other
-// class keeps its message, which the layers below keep free of host
-// details.
+// get a fixed message, since theirs may carry host details, unless they
+// carry one written for the caller (errdefs.Public); every other class
+// keeps its message, which the layers below keep free of host details.
 func publicError(err error) (status int, code, msg string) {
 	var ae *apiError
 	if errors.As(err, &ae) {
@@ -108,21 +109,32 @@ func publicError(err error) (status int, code, msg string) {
 	case errdefs.ErrNotSupported:
 		return http.StatusNotImplemented, CodeNotSupported, text()
 	case errdefs.ErrUnavailable:
+		if msg, ok := errdefs.PublicMessage(err); ok {
+			return http.StatusServiceUnavailable, CodeUnavailable, clean(msg)
+		}
 		return http.StatusServiceUnavailable, CodeUnavailable, "the service or sandbox is temporarily unavailable; try again"
 	default:
+		if msg, ok := errdefs.PublicMessage(err); ok {
+			return http.StatusInternalServerError, CodeInternal, clean(msg)
+		}
 		return http.StatusInternalServerError, CodeInternal, "internal error"
 	}
 }
 
-// stripClass removes the class's text where it is noise: at the start
-// (the agent client's "not found: ..."), and at the end for invalid
-// arguments and unsupported requests, whose code says it all. "sandbox X:
-// not found" keeps its ending, which reads as a sentence. A message that
+// stripClass removes the class's text where it is noise, the code saying
+// it all: at the start (the agent client's "not found: ..."), and at the
+// end ("...: failed precondition"). "sandbox X: not found", "template X:
+// already exists" and "open /x: permission denied" keep their endings,
+// which read as sentences or are the system's own words. A message that
 // is only the class stays.
 func stripClass(msg string, class error) string {
 	c := class.Error()
 	out := strings.TrimPrefix(msg, c+": ")
-	if class == errdefs.ErrInvalidArgument || class == errdefs.ErrNotSupported {
+	switch class {
+	case errdefs.ErrNotFound, errdefs.ErrAlreadyExists, errdefs.ErrPermissionDenied:
+		// Sentences ("sandbox X: not found"), or the system's own words
+		// ("open /x: permission denied").
+	default:
 		out = strings.TrimSuffix(out, ": "+c)
 	}
 	if out == "" {

@@ -76,7 +76,7 @@ func TestBadInput(t *testing.T) {
 		{"pty cols", "GET", "/v1/sandboxes/" + id + "/pty?cols=0", "", "", 400, CodeInvalidArgument, "cols"},
 		{"pty rows", "GET", "/v1/sandboxes/" + id + "/pty?rows=99999", "", "", 400, CodeInvalidArgument, "rows"},
 		{"pty param", "GET", "/v1/sandboxes/" + id + "/pty?shell=bash", "", "", 400, CodeInvalidArgument, "shell"},
-		{"pty no upgrade", "GET", "/v1/sandboxes/" + id + "/pty", "", "", 426, "", ""},
+		{"pty no upgrade", "GET", "/v1/sandboxes/" + id + "/pty", "", "", 426, CodeUpgradeRequired, "WebSocket"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -81,7 +81,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 
 	codes := doc.Components.Schemas["Error"].Properties["error"].Properties["code"].Enum
 	want := []string{CodeInvalidArgument, CodeUnauthenticated, CodePermissionDenied, CodeNotFound, CodeMethodNotAllowed,
-		CodeAlreadyExists, CodeFailedPrecondition, CodeRequestTooLarge, CodeUnsupportedMediaType, CodeRateLimited,
+		CodeAlreadyExists, CodeFailedPrecondition, CodeRequestTooLarge, CodeUnsupportedMediaType, CodeUpgradeRequired, CodeRateLimited,
 		CodeResourceExhausted, CodeCanceled, CodeInternal, CodeNotSupported, CodeUnavailable, CodeTimeout}
 	slices.Sort(codes)
 	slices.Sort(want)

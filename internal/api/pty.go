@@ -121,6 +121,33 @@ func parsePTYQuery(raw string) (ptyParams, error) {
 	return out, nil
 }
 
+// checkUpgrade answers, in the JSON error envelope, a request for a
+// WebSocket route that is not a WebSocket handshake (websocket.Accept
+// would answer it in plain text).
+func checkUpgrade(r *http.Request) error {
+	hasToken := func(header, token string) bool {
+		for _, v := range r.Header.Values(header) {
+			for _, t := range strings.Split(v, ",") {
+				if strings.EqualFold(strings.TrimSpace(t), token) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	switch {
+	case !hasToken("Connection", "upgrade") || !hasToken("Upgrade", "websocket"):
+		return &apiError{status: http.StatusUpgradeRequired, code: CodeUpgradeRequired,
+			msg: "this route is a WebSocket: open it with a WebSocket client (Connection: Upgrade, Upgrade: websocket)"}
+	case r.Header.Get("Sec-WebSocket-Version") != "13":
+		return &apiError{status: http.StatusUpgradeRequired, code: CodeUpgradeRequired,
+			msg: "this route speaks WebSocket version 13 (Sec-WebSocket-Version: 13)"}
+	case r.Header.Get("Sec-WebSocket-Key") == "":
+		return invalidf("the WebSocket handshake lacks Sec-WebSocket-Key")
+	}
+	return nil
+}
+
 // pty serves GET /v1/sandboxes/{id}/pty (see the protocol above).
 // Everything that can be checked is checked before the upgrade, so that
 // such errors are ordinary JSON responses.
@@ -143,6 +170,9 @@ func (h *Handler) pty(c *call) error {
 	c.ev.Details = map[string]any{"command": cmdText}
 	if params.user != "" {
 		c.ev.Details["user"] = params.user
+	}
+	if err := checkUpgrade(c.r); err != nil {
+		return err
 	}
 	release, err := c.admit(sb.ID, streamCost)
 	if err != nil {

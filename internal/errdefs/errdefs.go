@@ -10,7 +10,10 @@
 // the agent's RPC layer); nothing else inspects error strings.
 package errdefs
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // The error classes. The set is closed: add a class only together with its
 // HTTP and Connect mappings.
@@ -48,4 +51,32 @@ func Class(err error) error {
 		}
 	}
 	return ErrInternal
+}
+
+// Public is an error whose message is written for the API's callers and
+// holds no host detail, so that it is shown whatever its class: the
+// messages of unavailable and internal errors are otherwise replaced by
+// a fixed text, since they may name host paths or addresses.
+type Public struct {
+	Msg   string
+	Class error // one of the classes
+}
+
+func (p *Public) Error() string { return p.Msg + ": " + p.Class.Error() }
+
+// Unwrap returns the class.
+func (p *Public) Unwrap() error { return p.Class }
+
+// Publicf returns a Public error of class with the formatted message.
+func Publicf(class error, format string, args ...any) error {
+	return &Public{Msg: fmt.Sprintf(format, args...), Class: class}
+}
+
+// PublicMessage returns the message of the Public error err wraps, if any.
+func PublicMessage(err error) (string, bool) {
+	var p *Public
+	if errors.As(err, &p) {
+		return p.Msg, true
+	}
+	return "", false
 }

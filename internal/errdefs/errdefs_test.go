@@ -24,3 +24,16 @@ func TestClass(t *testing.T) {
 		}
 	}
 }
+
+func TestPublic(t *testing.T) {
+	err := fmt.Errorf("pull x: %w", Publicf(ErrUnavailable, "registry unreachable: %s refused the connection", "r.example"))
+	if Class(err) != ErrUnavailable {
+		t.Errorf("Class = %v", Class(err))
+	}
+	if msg, ok := PublicMessage(err); !ok || msg != "registry unreachable: r.example refused the connection" {
+		t.Errorf("PublicMessage = %q, %v", msg, ok)
+	}
+	if _, ok := PublicMessage(fmt.Errorf("x: %w", ErrUnavailable)); ok {
+		t.Error("a plain error has a public message")
+	}
+}

@@ -251,6 +251,8 @@ func (k *kernel) exitReason() string {
 		return "its sandbox stopped answering"
 	case r.Signal != 0:
 		return fmt.Sprintf("its process was killed by signal %d", r.Signal)
+	case r.Status == agentclient.StatusResourceExceeded && r.Error != "":
+		return "its process was stopped: " + r.Error
 	case r.Status == agentclient.StatusResourceExceeded:
 		return "its process exceeded a resource limit"
 	default:

@@ -160,10 +160,14 @@ func (j *job) runStep(ctx context.Context, n int, s airfile.Step) (string, error
 }
 
 // publicErr reduces internal and unavailable errors, which may carry host
-// details, to their class.
+// details, to their class, unless they carry a message written for the
+// caller (errdefs.Public).
 func publicErr(err error) error {
 	switch class := errdefs.Class(err); class {
 	case errdefs.ErrInternal, errdefs.ErrUnavailable:
+		if msg, ok := errdefs.PublicMessage(err); ok {
+			return errdefs.Publicf(class, "%s", msg)
+		}
 		return class
 	}
 	return err

@@ -2,7 +2,11 @@ package oci
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -353,5 +357,47 @@ func TestPullCanceled(t *testing.T) {
 	cancel()
 	if _, err := Pull(ctx, s, "img", reg.host+"/test/img:v1", Options{Insecure: true}); !errors.Is(err, errdefs.ErrCanceled) {
 		t.Errorf("err = %v, want ErrCanceled", err)
+	}
+}
+
+// TestPullUnreachable: a registry that refuses the connection is named in
+// a message written for the caller (shown by the API), and the class says
+// a retry may help.
+func TestPullUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	s := openStore(t)
+	_, err = Pull(context.Background(), s, "img", addr+"/test/img:v1", Options{Insecure: true})
+	msg, ok := errdefs.PublicMessage(err)
+	if !errors.Is(err, errdefs.ErrUnavailable) || !ok || !strings.Contains(msg, "the registry at "+addr+" refused the connection") {
+		t.Fatalf("err = %v (public %q, %v), want unavailable naming the refusal", err, msg, ok)
+	}
+	if !strings.HasPrefix(msg, "pull "+addr+"/test/img:v1: ") {
+		t.Errorf("public message %q does not name the image", msg)
+	}
+}
+
+func TestNetworkCause(t *testing.T) {
+	for _, c := range []struct {
+		err   error
+		class error
+		msg   string
+	}{
+		{&net.DNSError{Name: "registry.invalid", Err: "no such host", IsNotFound: true, Server: "10.0.0.53:53"}, errdefs.ErrFailedPrecondition, "registry host registry.invalid does not exist"},
+		{&net.DNSError{Name: "r.example", Err: "i/o timeout", IsTimeout: true, Server: "10.0.0.53:53"}, errdefs.ErrUnavailable, "cannot resolve the registry host r.example"},
+		{fmt.Errorf("Get x: %w", x509.UnknownAuthorityError{}), errdefs.ErrFailedPrecondition, "TLS certificate is not trusted"},
+		{fmt.Errorf("read: %w", io.ErrUnexpectedEOF), errdefs.ErrUnavailable, "closed the connection"},
+	} {
+		class, msg, ok := networkCause(c.err)
+		if !ok || class != c.class || !strings.Contains(msg, c.msg) || strings.Contains(msg, "10.0.0.53") {
+			t.Errorf("networkCause(%v) = %v %q %v, want %v containing %q (and not the resolver)", c.err, class, msg, ok, c.class, c.msg)
+		}
+	}
+	if _, _, ok := networkCause(errors.New("something else")); ok {
+		t.Error("an unknown error got a public cause")
 	}
 }

@@ -2,12 +2,14 @@ package oci
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -122,12 +124,73 @@ func (g *schemeGuard) RoundTrip(r *http.Request) (*http.Response, error) {
 	return g.base.RoundTrip(r)
 }
 
-// registryError classifies an error of a registry pull.
+// registryError classifies an error of a registry pull. Network failures
+// get a message written for the caller (errdefs.Public: the registry's
+// name and what went wrong, no detail of this host such as its resolver),
+// so that the API says why, and a class that says whether retrying can
+// help.
 func registryError(ctx context.Context, ref string, err error) error {
+	ref = truncate(ref, 200)
 	if errdefs.Class(err) != errdefs.ErrInternal {
-		return fmt.Errorf("pull %s: %w", truncate(ref, 200), err)
+		return fmt.Errorf("pull %s: %w", ref, err)
 	}
-	return fmt.Errorf("pull %s: %w", truncate(ref, 200), classify(ctx.Err(), err))
+	if ctx.Err() == nil {
+		if class, msg, ok := networkCause(err); ok {
+			return errdefs.Publicf(class, "pull %s: %s", ref, msg)
+		}
+	}
+	return fmt.Errorf("pull %s: %w", ref, classify(ctx.Err(), err))
+}
+
+// networkCause describes a network failure reaching a registry in the
+// caller's terms: a name that does not resolve or a certificate that is
+// not trusted will not get better by retrying (failed precondition); a
+// refused, timed-out or cut connection may (unavailable).
+func networkCause(err error) (class error, msg string, ok bool) {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		if dns.IsNotFound {
+			return errdefs.ErrFailedPrecondition, fmt.Sprintf("registry host %s does not exist (no such host)", truncate(dns.Name, 200)), true
+		}
+		return errdefs.ErrUnavailable, fmt.Sprintf("cannot resolve the registry host %s (DNS lookup failed)", truncate(dns.Name, 200)), true
+	}
+	var unknownCA x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	if errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) {
+		return errdefs.ErrFailedPrecondition, "the registry's TLS certificate is not trusted: " + truncate(rootCause(err).Error(), 300), true
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		addr := "the registry"
+		if op.Addr != nil {
+			addr = "the registry at " + op.Addr.String()
+		}
+		switch {
+		case errors.Is(err, syscall.ECONNREFUSED):
+			return errdefs.ErrUnavailable, addr + " refused the connection", true
+		case op.Timeout():
+			return errdefs.ErrUnavailable, addr + " did not answer (connection timed out)", true
+		case errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EHOSTUNREACH):
+			return errdefs.ErrUnavailable, "no route to " + addr, true
+		}
+		return errdefs.ErrUnavailable, "cannot connect to " + addr, true
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+		return errdefs.ErrUnavailable, "the registry closed the connection before the transfer ended", true
+	}
+	return nil, "", false
+}
+
+// rootCause is the innermost error err wraps (through single Unwrap).
+func rootCause(err error) error {
+	for {
+		u := errors.Unwrap(err)
+		if u == nil {
+			return err
+		}
+		err = u
+	}
 }
 
 // classify maps go-containerregistry, network and context errors to
@@ -153,7 +216,7 @@ func classify(ctxErr, err error) error {
 			case transport.ManifestUnknownErrorCode, transport.NameUnknownErrorCode, transport.BlobUnknownErrorCode:
 				return fmt.Errorf("image not found: %w", errdefs.ErrNotFound)
 			case transport.TooManyRequestsErrorCode:
-				return fmt.Errorf("registry rate limit reached: %w", errdefs.ErrUnavailable)
+				return errdefs.Publicf(errdefs.ErrUnavailable, "registry rate limit reached (retry later, or pull with credentials)")
 			}
 		}
 		switch {
@@ -164,9 +227,9 @@ func classify(ctxErr, err error) error {
 		case te.StatusCode == http.StatusNotFound:
 			return fmt.Errorf("image not found: %w", errdefs.ErrNotFound)
 		case te.StatusCode == http.StatusTooManyRequests:
-			return fmt.Errorf("registry rate limit reached: %w", errdefs.ErrUnavailable)
+			return errdefs.Publicf(errdefs.ErrUnavailable, "registry rate limit reached (retry later, or pull with credentials)")
 		}
-		return fmt.Errorf("registry error (HTTP %d): %w", te.StatusCode, errdefs.ErrUnavailable)
+		return errdefs.Publicf(errdefs.ErrUnavailable, "the registry answered HTTP %d", te.StatusCode)
 	}
 	var ne net.Error
 	if errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) {
