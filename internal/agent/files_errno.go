@@ -84,5 +84,5 @@ func fsErrnoClass(errno unix.Errno) error {
 	return errdefs.ErrInternal
 }
 
-// fsErrClosed is returned once the file service has been closed.
-var fsErrClosed = fmt.Errorf("file service is closed: %w", errdefs.ErrUnavailable)
+// errFSClosed is returned once the file service has been closed.
+var errFSClosed = fmt.Errorf("file service is closed: %w", errdefs.ErrUnavailable)

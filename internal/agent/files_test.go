@@ -481,12 +481,12 @@ func TestFilesMoveRemoveChmod(t *testing.T) {
 	h := newFSHarness(t)
 	ctx := fsTestCtx(t)
 	h.put(t, "/home/user/src", "content")
-	e, err := h.client.Move(ctx, "src", "/tmp2/dst")
+	_, err := h.client.Move(ctx, "src", "/tmp2/dst")
 	fsWantClass(t, "move into missing dir", err, errdefs.ErrNotFound)
 	if err := os.Mkdir(h.host("/tmp2"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	e, err = h.client.Move(ctx, "src", "/tmp2/dst")
+	e, err := h.client.Move(ctx, "src", "/tmp2/dst")
 	if err != nil || e.Path != "/tmp2/dst" {
 		t.Fatalf("move = %+v, %v", e, err)
 	}

@@ -128,7 +128,7 @@ func (r *fsResolver) openat2(p string, flags int) (int, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if r.rootFD < 0 {
-		return -1, fsErrClosed
+		return -1, errFSClosed
 	}
 	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: fsResolve}
 	for range fsOpenRetries {

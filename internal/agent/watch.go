@@ -284,7 +284,7 @@ func (s *fileService) Watch(ctx context.Context, req *connect.Request[agentv1.Wa
 	if s.closed {
 		s.mu.Unlock()
 		w.close()
-		return toConnect(fsErrClosed)
+		return toConnect(errFSClosed)
 	}
 	s.watches[w] = struct{}{}
 	s.mu.Unlock()

@@ -27,7 +27,6 @@ type cpioEntry struct {
 	data       string
 	rdevMajor  uint32
 	rdevMinor  uint32
-	nameOffset int
 }
 
 // readCpio parses a newc archive the way the kernel does, checking the

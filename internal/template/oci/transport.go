@@ -135,7 +135,7 @@ func registryError(ctx context.Context, ref string, err error) error {
 		return fmt.Errorf("pull %s: %w", ref, err)
 	}
 	if ctx.Err() == nil {
-		if class, msg, ok := networkCause(err); ok {
+		if msg, class := networkCause(err); class != nil {
 			return errdefs.Publicf(class, "pull %s: %s", ref, msg)
 		}
 	}
@@ -145,20 +145,21 @@ func registryError(ctx context.Context, ref string, err error) error {
 // networkCause describes a network failure reaching a registry in the
 // caller's terms: a name that does not resolve or a certificate that is
 // not trusted will not get better by retrying (failed precondition); a
-// refused, timed-out or cut connection may (unavailable).
-func networkCause(err error) (class error, msg string, ok bool) {
+// refused, timed-out or cut connection may (unavailable). class is nil
+// for another error.
+func networkCause(err error) (msg string, class error) {
 	var dns *net.DNSError
 	if errors.As(err, &dns) {
 		if dns.IsNotFound {
-			return errdefs.ErrFailedPrecondition, fmt.Sprintf("registry host %s does not exist (no such host)", truncate(dns.Name, 200)), true
+			return fmt.Sprintf("registry host %s does not exist (no such host)", truncate(dns.Name, 200)), errdefs.ErrFailedPrecondition
 		}
-		return errdefs.ErrUnavailable, fmt.Sprintf("cannot resolve the registry host %s (DNS lookup failed)", truncate(dns.Name, 200)), true
+		return fmt.Sprintf("cannot resolve the registry host %s (DNS lookup failed)", truncate(dns.Name, 200)), errdefs.ErrUnavailable
 	}
 	var unknownCA x509.UnknownAuthorityError
 	var hostname x509.HostnameError
 	var invalid x509.CertificateInvalidError
 	if errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) {
-		return errdefs.ErrFailedPrecondition, "the registry's TLS certificate is not trusted: " + truncate(rootCause(err).Error(), 300), true
+		return "the registry's TLS certificate is not trusted: " + truncate(rootCause(err).Error(), 300), errdefs.ErrFailedPrecondition
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
@@ -168,18 +169,18 @@ func networkCause(err error) (class error, msg string, ok bool) {
 		}
 		switch {
 		case errors.Is(err, syscall.ECONNREFUSED):
-			return errdefs.ErrUnavailable, addr + " refused the connection", true
+			return addr + " refused the connection", errdefs.ErrUnavailable
 		case op.Timeout():
-			return errdefs.ErrUnavailable, addr + " did not answer (connection timed out)", true
+			return addr + " did not answer (connection timed out)", errdefs.ErrUnavailable
 		case errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EHOSTUNREACH):
-			return errdefs.ErrUnavailable, "no route to " + addr, true
+			return "no route to " + addr, errdefs.ErrUnavailable
 		}
-		return errdefs.ErrUnavailable, "cannot connect to " + addr, true
+		return "cannot connect to " + addr, errdefs.ErrUnavailable
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
-		return errdefs.ErrUnavailable, "the registry closed the connection before the transfer ended", true
+		return "the registry closed the connection before the transfer ended", errdefs.ErrUnavailable
 	}
-	return nil, "", false
+	return "", nil
 }
 
 // rootCause is the innermost error err wraps (through single Unwrap).
