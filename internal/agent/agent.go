@@ -26,7 +26,7 @@ import (
 	agentv1 "github.com/airlock-sandbox/airlock/gen/airlock/agent/v1"
 	"github.com/airlock-sandbox/airlock/gen/airlock/agent/v1/agentv1connect"
 	"github.com/airlock-sandbox/airlock/internal/account"
-	"github.com/airlock-sandbox/airlock/internal/agentclient"
+	"github.com/airlock-sandbox/airlock/internal/agentwire"
 )
 
 // Version is reported by Info; main sets it at build time.
@@ -187,7 +187,7 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           a.Handler(),
 		Protocols:         &protocols,
-		HTTP2:             agentclient.HTTP2Config(),
+		HTTP2:             agentwire.HTTP2Config(),
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 	}

@@ -17,6 +17,7 @@ import (
 
 	agentv1 "github.com/airlock-sandbox/airlock/gen/airlock/agent/v1"
 	"github.com/airlock-sandbox/airlock/gen/airlock/agent/v1/agentv1connect"
+	"github.com/airlock-sandbox/airlock/internal/agentwire"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
@@ -240,11 +241,11 @@ func (s *fileService) lstat(p string) (*agentv1.EntryInfo, error) {
 func (s *fileService) Stat(ctx context.Context, req *connect.Request[agentv1.StatRequest]) (*connect.Response[agentv1.StatResponse], error) {
 	p, err := s.clean(req.Msg.GetPath(), "")
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	e, err := s.lstat(p)
 	if err != nil {
-		return nil, toConnect(fsErr("stat", p, err))
+		return nil, agentwire.ToConnect(fsErr("stat", p, err))
 	}
 	return connect.NewResponse(&agentv1.StatResponse{Entry: e}), nil
 }
@@ -254,24 +255,24 @@ func (s *fileService) Stat(ctx context.Context, req *connect.Request[agentv1.Sta
 func (s *fileService) ListDir(ctx context.Context, req *connect.Request[agentv1.ListDirRequest]) (*connect.Response[agentv1.ListDirResponse], error) {
 	p, err := s.clean(req.Msg.GetPath(), "")
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	depth := int(req.Msg.GetDepth())
 	if depth == 0 {
 		depth = 1
 	}
 	if depth > fsMaxListDepth {
-		return nil, toConnect(fmt.Errorf("depth %d is more than %d: %w", depth, fsMaxListDepth, errdefs.ErrInvalidArgument))
+		return nil, agentwire.ToConnect(fmt.Errorf("depth %d is more than %d: %w", depth, fsMaxListDepth, errdefs.ErrInvalidArgument))
 	}
 	fd, err := s.res.open(p, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
-		return nil, toConnect(fsErr("list", p, err))
+		return nil, agentwire.ToConnect(fsErr("list", p, err))
 	}
 	l := fsLister{ctx: ctx, max: s.maxList}
 	err = l.walk(fd, p, depth)
 	unix.Close(fd)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	return connect.NewResponse(&agentv1.ListDirResponse{Entries: l.entries, Truncated: l.truncated}), nil
 }
@@ -337,15 +338,15 @@ func (s *fileService) MakeDir(ctx context.Context, req *connect.Request[agentv1.
 	m := req.Msg
 	u, err := s.user(m.GetUser())
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	p, err := fsCleanPath(m.GetPath(), u.Home)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	mode := m.GetMode()
 	if mode&^fsModeMask != 0 {
-		return nil, toConnect(fsInvalid("mkdir", p, fmt.Sprintf("mode %#o has bits outside 07777", mode)))
+		return nil, agentwire.ToConnect(fsInvalid("mkdir", p, fmt.Sprintf("mode %#o has bits outside 07777", mode)))
 	}
 	if mode == 0 {
 		mode = fsDefaultDirMode
@@ -353,26 +354,26 @@ func (s *fileService) MakeDir(ctx context.Context, req *connect.Request[agentv1.
 	if m.GetParents() {
 		fd, err := s.mkdirAll(p, mode, u)
 		if err != nil {
-			return nil, toConnect(err)
+			return nil, agentwire.ToConnect(err)
 		}
 		unix.Close(fd)
 	} else {
 		if p == "/" {
-			return nil, toConnect(fsErr("mkdir", p, unix.EEXIST))
+			return nil, agentwire.ToConnect(fsErr("mkdir", p, unix.EEXIST))
 		}
 		pfd, name, err := s.res.openParent(p)
 		if err != nil {
-			return nil, toConnect(fsErr("mkdir", p, err))
+			return nil, agentwire.ToConnect(fsErr("mkdir", p, err))
 		}
 		err = s.mkdirAt(pfd, name, mode, u)
 		unix.Close(pfd)
 		if err != nil {
-			return nil, toConnect(fsErr("mkdir", p, err))
+			return nil, agentwire.ToConnect(fsErr("mkdir", p, err))
 		}
 	}
 	e, err := s.lstat(p)
 	if err != nil {
-		return nil, toConnect(fsErr("mkdir", p, err))
+		return nil, agentwire.ToConnect(fsErr("mkdir", p, err))
 	}
 	return connect.NewResponse(&agentv1.MakeDirResponse{Entry: e}), nil
 }
@@ -440,23 +441,23 @@ func (s *fileService) mkdirAll(p string, mode uint32, u User) (int, error) {
 func (s *fileService) Move(ctx context.Context, req *connect.Request[agentv1.MoveRequest]) (*connect.Response[agentv1.MoveResponse], error) {
 	src, err := s.clean(req.Msg.GetSource(), "")
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	dst, err := s.clean(req.Msg.GetDestination(), "")
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	if src == "/" || dst == "/" {
-		return nil, toConnect(fsInvalid("move", "/", "cannot move the root directory"))
+		return nil, agentwire.ToConnect(fsInvalid("move", "/", "cannot move the root directory"))
 	}
 	sfd, sname, err := s.res.openParent(src)
 	if err != nil {
-		return nil, toConnect(fsErr("move", src, err))
+		return nil, agentwire.ToConnect(fsErr("move", src, err))
 	}
 	defer unix.Close(sfd)
 	dfd, dname, err := s.res.openParent(dst)
 	if err != nil {
-		return nil, toConnect(fsErr("move", dst, err))
+		return nil, agentwire.ToConnect(fsErr("move", dst, err))
 	}
 	defer unix.Close(dfd)
 	if err := unix.Renameat2(sfd, sname, dfd, dname, 0); err != nil {
@@ -464,11 +465,11 @@ func (s *fileService) Move(ctx context.Context, req *connect.Request[agentv1.Mov
 		if err == unix.EISDIR || err == unix.ENOTEMPTY || err == unix.EEXIST {
 			p = dst
 		}
-		return nil, toConnect(fsErr("move", p, err))
+		return nil, agentwire.ToConnect(fsErr("move", p, err))
 	}
 	e, err := fsLstatAt(dfd, dname, dst)
 	if err != nil {
-		return nil, toConnect(fsErr("move", dst, err))
+		return nil, agentwire.ToConnect(fsErr("move", dst, err))
 	}
 	return connect.NewResponse(&agentv1.MoveResponse{Entry: e}), nil
 }
@@ -478,19 +479,19 @@ func (s *fileService) Move(ctx context.Context, req *connect.Request[agentv1.Mov
 func (s *fileService) Remove(ctx context.Context, req *connect.Request[agentv1.RemoveRequest]) (*connect.Response[agentv1.RemoveResponse], error) {
 	p, err := s.clean(req.Msg.GetPath(), "")
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	if p == "/" {
-		return nil, toConnect(fsInvalid("remove", p, "refusing to remove the root directory"))
+		return nil, agentwire.ToConnect(fsInvalid("remove", p, "refusing to remove the root directory"))
 	}
 	pfd, name, err := s.res.openParent(p)
 	if err != nil {
-		return nil, toConnect(fsErr("remove", p, err))
+		return nil, agentwire.ToConnect(fsErr("remove", p, err))
 	}
 	defer unix.Close(pfd)
 	var st unix.Stat_t
 	if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return nil, toConnect(fsErr("remove", p, err))
+		return nil, agentwire.ToConnect(fsErr("remove", p, err))
 	}
 	switch {
 	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
@@ -498,14 +499,14 @@ func (s *fileService) Remove(ctx context.Context, req *connect.Request[agentv1.R
 	case !req.Msg.GetRecursive():
 		err = unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR)
 		if err == unix.ENOTEMPTY || err == unix.EEXIST {
-			return nil, toConnect(&fsError{op: "remove", path: p,
+			return nil, agentwire.ToConnect(&fsError{op: "remove", path: p,
 				err: fmt.Errorf("directory not empty (remove it recursively)"), class: errdefs.ErrFailedPrecondition})
 		}
 	default:
 		err = fsRemoveTree(ctx, pfd, name, 0)
 	}
 	if err != nil {
-		return nil, toConnect(fsErr("remove", p, err))
+		return nil, agentwire.ToConnect(fsErr("remove", p, err))
 	}
 	return connect.NewResponse(&agentv1.RemoveResponse{}), nil
 }
@@ -586,11 +587,11 @@ func fsEmptyDir(ctx context.Context, fd int, depth int) error {
 func (s *fileService) Chmod(ctx context.Context, req *connect.Request[agentv1.ChmodRequest]) (*connect.Response[agentv1.ChmodResponse], error) {
 	p, err := s.clean(req.Msg.GetPath(), "")
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	mode := req.Msg.GetMode()
 	if mode&^fsModeMask != 0 {
-		return nil, toConnect(fsInvalid("chmod", p, fmt.Sprintf("mode %#o has bits outside 07777", mode)))
+		return nil, agentwire.ToConnect(fsInvalid("chmod", p, fmt.Sprintf("mode %#o has bits outside 07777", mode)))
 	}
 	var fd int
 	if p == "/" {
@@ -604,21 +605,21 @@ func (s *fileService) Chmod(ctx context.Context, req *connect.Request[agentv1.Ch
 		}
 	}
 	if err != nil {
-		return nil, toConnect(fsErr("chmod", p, err))
+		return nil, agentwire.ToConnect(fsErr("chmod", p, err))
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, toConnect(fsErr("chmod", p, err))
+		return nil, agentwire.ToConnect(fsErr("chmod", p, err))
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-		return nil, toConnect(fsInvalid("chmod", p, "is a symlink"))
+		return nil, agentwire.ToConnect(fsInvalid("chmod", p, "is a symlink"))
 	}
 	if err := fsChmodFD(fd, mode); err != nil {
-		return nil, toConnect(fsErr("chmod", p, err))
+		return nil, agentwire.ToConnect(fsErr("chmod", p, err))
 	}
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, toConnect(fsErr("chmod", p, err))
+		return nil, agentwire.ToConnect(fsErr("chmod", p, err))
 	}
 	e := fsEntry(p, &st, "")
 	if p == "/" {

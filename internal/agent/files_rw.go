@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	agentv1 "github.com/airlock-sandbox/airlock/gen/airlock/agent/v1"
+	"github.com/airlock-sandbox/airlock/internal/agentwire"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
@@ -23,35 +24,35 @@ import (
 func (s *fileService) Read(ctx context.Context, req *connect.Request[agentv1.ReadRequest], stream *connect.ServerStream[agentv1.ReadResponse]) error {
 	p, err := s.clean(req.Msg.GetPath(), "")
 	if err != nil {
-		return toConnect(err)
+		return agentwire.ToConnect(err)
 	}
 	off, limit := req.Msg.GetOffset(), req.Msg.GetLimit()
 	if off < 0 || limit < 0 {
-		return toConnect(fsInvalid("read", p, "offset and limit must not be negative"))
+		return agentwire.ToConnect(fsInvalid("read", p, "offset and limit must not be negative"))
 	}
 	// O_NONBLOCK keeps a FIFO from blocking the open; O_NOCTTY keeps a
 	// terminal from becoming ours. Both are refused below.
 	fd, err := s.res.open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 	if err != nil {
-		return toConnect(fsErr("read", p, err))
+		return agentwire.ToConnect(fsErr("read", p, err))
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return toConnect(fsErr("read", p, err))
+		return agentwire.ToConnect(fsErr("read", p, err))
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 	case unix.S_IFDIR:
-		return toConnect(fsErr("read", p, unix.EISDIR))
+		return agentwire.ToConnect(fsErr("read", p, unix.EISDIR))
 	default:
-		return toConnect(fsInvalid("read", p, "not a regular file"))
+		return agentwire.ToConnect(fsInvalid("read", p, "not a regular file"))
 	}
 	first := &agentv1.ReadResponse{Entry: fsEntry(p, &st, "")}
 	buf := make([]byte, fsChunkSize)
 	for {
 		if err := ctx.Err(); err != nil {
-			return toConnect(fmt.Errorf("read %s: %w", p, errdefs.ErrCanceled))
+			return agentwire.ToConnect(fmt.Errorf("read %s: %w", p, errdefs.ErrCanceled))
 		}
 		want := int64(len(buf))
 		if limit > 0 && want > limit {
@@ -64,7 +65,7 @@ func (s *fileService) Read(ctx context.Context, req *connect.Request[agentv1.Rea
 				continue
 			}
 			if err != nil {
-				return toConnect(fsErr("read", p, err))
+				return agentwire.ToConnect(fsErr("read", p, err))
 			}
 		}
 		if n == 0 && first == nil {
@@ -111,34 +112,34 @@ func (s *fileService) Write(ctx context.Context, stream *connect.ClientStream[ag
 		if err := stream.Err(); err != nil {
 			return nil, err
 		}
-		return nil, toConnect(fmt.Errorf("write: the stream carried no header: %w", errdefs.ErrInvalidArgument))
+		return nil, agentwire.ToConnect(fmt.Errorf("write: the stream carried no header: %w", errdefs.ErrInvalidArgument))
 	}
 	m := stream.Msg()
 	u, err := s.user(m.GetUser())
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	p, err := fsCleanPath(m.GetPath(), u.Home)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	h := fsWriteHeader{path: p, mode: m.GetMode(), user: u, parents: m.GetMakeParents(), append: m.GetAppend()}
 	if h.mode&^fsModeMask != 0 {
-		return nil, toConnect(fsInvalid("write", p, fmt.Sprintf("mode %#o has bits outside 07777", h.mode)))
+		return nil, agentwire.ToConnect(fsInvalid("write", p, fmt.Sprintf("mode %#o has bits outside 07777", h.mode)))
 	}
 	if p == "/" {
-		return nil, toConnect(fsErr("write", p, unix.EISDIR))
+		return nil, agentwire.ToConnect(fsErr("write", p, unix.EISDIR))
 	}
 	if h.parents {
 		fd, err := s.mkdirAll(path.Dir(p), fsDefaultDirMode, u)
 		if err != nil {
-			return nil, toConnect(err)
+			return nil, agentwire.ToConnect(err)
 		}
 		unix.Close(fd)
 	}
 	t, err := s.writeTarget(p)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	defer unix.Close(t.dirfd)
 	var n uint64
@@ -148,11 +149,11 @@ func (s *fileService) Write(ctx context.Context, stream *connect.ClientStream[ag
 		n, err = s.writeReplace(ctx, stream, m.GetData(), t, h)
 	}
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	e, err := fsLstatAt(t.dirfd, t.name, t.path)
 	if err != nil {
-		return nil, toConnect(fsErr("write", t.path, err))
+		return nil, agentwire.ToConnect(fsErr("write", t.path, err))
 	}
 	return connect.NewResponse(&agentv1.WriteResponse{Entry: e, BytesWritten: n}), nil
 }

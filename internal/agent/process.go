@@ -17,6 +17,7 @@ import (
 
 	agentv1 "github.com/airlock-sandbox/airlock/gen/airlock/agent/v1"
 	"github.com/airlock-sandbox/airlock/gen/airlock/agent/v1/agentv1connect"
+	"github.com/airlock-sandbox/airlock/internal/agentwire"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
@@ -546,7 +547,7 @@ func (t *processTable) Start(ctx context.Context, req *connect.Request[agentv1.S
 	}
 	spec, err := t.resolve(req.Msg.GetConfig())
 	if err != nil {
-		return toConnect(err)
+		return agentwire.ToConnect(err)
 	}
 	if spec.path == "" {
 		return streamErr(send(startFailure(&startError{code: 127, msg: "executable file not found"})))
@@ -558,7 +559,7 @@ func (t *processTable) Start(ctx context.Context, req *connect.Request[agentv1.S
 		return streamErr(send(startFailure(se)))
 	}
 	if err != nil {
-		return toConnect(err)
+		return agentwire.ToConnect(err)
 	}
 	sawExit := false
 	err = send(startedEvent(p.pid))
@@ -580,12 +581,12 @@ func streamErr(err error) error {
 		return nil
 	}
 	if errors.Is(err, context.Canceled) {
-		return toConnect(fmt.Errorf("stream: %w", errdefs.ErrCanceled))
+		return agentwire.ToConnect(fmt.Errorf("stream: %w", errdefs.ErrCanceled))
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return toConnect(fmt.Errorf("stream: %w", errdefs.ErrTimeout))
+		return agentwire.ToConnect(fmt.Errorf("stream: %w", errdefs.ErrTimeout))
 	}
-	return toConnect(err)
+	return agentwire.ToConnect(err)
 }
 
 func startFailure(se *startError) *agentv1.ProcessEvent {
@@ -603,7 +604,7 @@ func startFailure(se *startError) *agentv1.ProcessEvent {
 func (t *processTable) Connect(ctx context.Context, req *connect.Request[agentv1.ConnectRequest], stream *connect.ServerStream[agentv1.ConnectResponse]) error {
 	p, err := t.lookup(req.Msg.GetProcess(), false)
 	if err != nil {
-		return toConnect(err)
+		return agentwire.ToConnect(err)
 	}
 	send := func(ev *agentv1.ProcessEvent) error {
 		return stream.Send(&agentv1.ConnectResponse{Event: ev})
@@ -648,10 +649,10 @@ func (t *processTable) List(ctx context.Context, _ *connect.Request[agentv1.List
 func (t *processTable) SendInput(ctx context.Context, req *connect.Request[agentv1.SendInputRequest]) (*connect.Response[agentv1.SendInputResponse], error) {
 	p, err := t.lookup(req.Msg.GetProcess(), true)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	if err := p.writeInput(ctx, req.Msg.GetData()); err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	return connect.NewResponse(&agentv1.SendInputResponse{}), nil
 }
@@ -663,15 +664,15 @@ func (t *processTable) StreamInput(ctx context.Context, stream *connect.ClientSt
 		if err := stream.Err(); err != nil {
 			return nil, streamErr(err)
 		}
-		return nil, toConnect(invalidf("the first message must select a process"))
+		return nil, agentwire.ToConnect(invalidf("the first message must select a process"))
 	}
 	p, err := t.lookup(stream.Msg().GetProcess(), true)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	for {
 		if err := p.writeInput(ctx, stream.Msg().GetData()); err != nil {
-			return nil, toConnect(err)
+			return nil, agentwire.ToConnect(err)
 		}
 		if !stream.Receive() {
 			break
@@ -738,11 +739,11 @@ func (p *process) writeInputLocked(ctx context.Context, data []byte) error {
 func (t *processTable) CloseStdin(ctx context.Context, req *connect.Request[agentv1.CloseStdinRequest]) (*connect.Response[agentv1.CloseStdinResponse], error) {
 	p, err := t.lookup(req.Msg.GetProcess(), true)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	if p.terminal {
 		if err := p.writeInput(ctx, []byte(ptyEOF)); err != nil {
-			return nil, toConnect(err)
+			return nil, agentwire.ToConnect(err)
 		}
 	} else {
 		// Without inMu: closing unblocks a writer stuck on a full pipe.
@@ -756,11 +757,11 @@ func (t *processTable) CloseStdin(ctx context.Context, req *connect.Request[agen
 func (t *processTable) SendSignal(ctx context.Context, req *connect.Request[agentv1.SendSignalRequest]) (*connect.Response[agentv1.SendSignalResponse], error) {
 	sig := req.Msg.GetSignal()
 	if sig < 1 || sig > 64 {
-		return nil, toConnect(invalidf("signal %d is out of range 1..64", sig))
+		return nil, agentwire.ToConnect(invalidf("signal %d is out of range 1..64", sig))
 	}
 	p, err := t.lookup(req.Msg.GetProcess(), true)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	if syscall.Signal(sig) == syscall.SIGKILL {
 		kctx, cancel := context.WithTimeout(ctx, killTimeout)
@@ -769,7 +770,7 @@ func (t *processTable) SendSignal(ctx context.Context, req *connect.Request[agen
 		return connect.NewResponse(&agentv1.SendSignalResponse{}), nil
 	}
 	if err := p.signal(syscall.Signal(sig)); err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	return connect.NewResponse(&agentv1.SendSignalResponse{}), nil
 }
@@ -778,17 +779,17 @@ func (t *processTable) SendSignal(ctx context.Context, req *connect.Request[agen
 func (t *processTable) Resize(ctx context.Context, req *connect.Request[agentv1.ResizeRequest]) (*connect.Response[agentv1.ResizeResponse], error) {
 	sz, err := checkPtySize(req.Msg.GetSize())
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	p, err := t.lookup(req.Msg.GetProcess(), true)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	if !p.terminal {
-		return nil, toConnect(fmt.Errorf("process %d has no terminal: %w", p.pid, errdefs.ErrFailedPrecondition))
+		return nil, agentwire.ToConnect(fmt.Errorf("process %d has no terminal: %w", p.pid, errdefs.ErrFailedPrecondition))
 	}
 	if err := resizePty(p.stdin, sz); err != nil {
-		return nil, toConnect(fmt.Errorf("resize terminal of process %d: %w", p.pid, errdefs.ErrFailedPrecondition))
+		return nil, agentwire.ToConnect(fmt.Errorf("resize terminal of process %d: %w", p.pid, errdefs.ErrFailedPrecondition))
 	}
 	return connect.NewResponse(&agentv1.ResizeResponse{}), nil
 }

@@ -18,6 +18,7 @@ import (
 	"connectrpc.com/connect"
 
 	agentv1 "github.com/airlock-sandbox/airlock/gen/airlock/agent/v1"
+	"github.com/airlock-sandbox/airlock/internal/agentwire"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
@@ -294,7 +295,7 @@ func (t *processTable) userName(uid uint32) string {
 func (t *processTable) ListAll(ctx context.Context, _ *connect.Request[agentv1.ListAllRequest]) (*connect.Response[agentv1.ListAllResponse], error) {
 	sts, err := t.sandboxProcs()
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	res := &agentv1.ListAllResponse{Total: uint32(len(sts))}
 	if len(sts) > maxListed {
@@ -360,14 +361,14 @@ func (t *processTable) ListAll(ctx context.Context, _ *connect.Request[agentv1.L
 func (t *processTable) SignalAny(ctx context.Context, req *connect.Request[agentv1.SignalAnyRequest]) (*connect.Response[agentv1.SignalAnyResponse], error) {
 	sig, pid := req.Msg.GetSignal(), int(req.Msg.GetPid())
 	if sig < 1 || sig > 64 {
-		return nil, toConnect(invalidf("signal %d is out of range 1..64", sig))
+		return nil, agentwire.ToConnect(invalidf("signal %d is out of range 1..64", sig))
 	}
 	if pid < 1 {
-		return nil, toConnect(invalidf("a pid is required"))
+		return nil, agentwire.ToConnect(invalidf("a pid is required"))
 	}
 	s := t.scope()
 	if pid == s.self {
-		return nil, toConnect(fmt.Errorf("process %d is the agent: %w", pid, errdefs.ErrPermissionDenied))
+		return nil, agentwire.ToConnect(fmt.Errorf("process %d is the agent: %w", pid, errdefs.ErrPermissionDenied))
 	}
 	t.mu.Lock()
 	p := t.byPID[pid]
@@ -381,7 +382,7 @@ func (t *processTable) SignalAny(ctx context.Context, req *connect.Request[agent
 		// It exited meanwhile; its pid may name another process now.
 	}
 	if err := signalOne(pid, syscall.Signal(sig), s.has); err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	return connect.NewResponse(&agentv1.SignalAnyResponse{}), nil
 }
@@ -400,16 +401,16 @@ func (t *processTable) KillAll(ctx context.Context, req *connect.Request[agentv1
 	case wait == 0:
 		wait = defaultKillAllWait
 	case wait > maxKillAllWait:
-		return nil, toConnect(invalidf("timeout %v is longer than %v", wait, maxKillAllWait))
+		return nil, agentwire.ToConnect(invalidf("timeout %v is longer than %v", wait, maxKillAllWait))
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	killed, left, err := t.killAll(ctx)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, agentwire.ToConnect(err)
 	}
 	if left > 0 {
-		return nil, toConnect(fmt.Errorf("killed %d processes, %d still there after %v: %w", killed, left, wait, errdefs.ErrTimeout))
+		return nil, agentwire.ToConnect(fmt.Errorf("killed %d processes, %d still there after %v: %w", killed, left, wait, errdefs.ErrTimeout))
 	}
 	t.log.Info("killed every process", "killed", killed)
 	return connect.NewResponse(&agentv1.KillAllResponse{Killed: uint32(killed)}), nil

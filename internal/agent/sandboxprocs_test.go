@@ -19,6 +19,7 @@ import (
 
 	agentv1 "github.com/airlock-sandbox/airlock/gen/airlock/agent/v1"
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
+	"github.com/airlock-sandbox/airlock/internal/agentwire"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
@@ -202,7 +203,7 @@ func TestListAllAndSignalAny(t *testing.T) {
 		{999999999, 15, errdefs.ErrNotFound},
 	} {
 		_, err := h.raw.SignalAny(ctx, connect.NewRequest(&agentv1.SignalAnyRequest{Pid: uint32(tc.pid), Signal: int32(tc.sig)}))
-		if !errors.Is(fromConnectErr(err), tc.want) {
+		if !errors.Is(agentwire.FromConnect(err), tc.want) {
 			t.Errorf("SignalAny(%d, %d) = %v, want %v", tc.pid, tc.sig, err, tc.want)
 		}
 	}
@@ -224,23 +225,6 @@ func TestListAllAndSignalAny(t *testing.T) {
 	if r, err := res.Wait(); err != nil || r.Status != agentclient.StatusKilled || r.Signal != int(syscall.SIGTERM) {
 		t.Errorf("tracked process after SIGTERM: %+v, %v", r, err)
 	}
-}
-
-// fromConnectErr maps a raw Connect error as the typed client does.
-func fromConnectErr(err error) error {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return err
-	}
-	switch ce.Code() {
-	case connect.CodeInvalidArgument:
-		return errdefs.ErrInvalidArgument
-	case connect.CodePermissionDenied:
-		return errdefs.ErrPermissionDenied
-	case connect.CodeNotFound:
-		return errdefs.ErrNotFound
-	}
-	return err
 }
 
 // TestKillAllSessions: outside a PID namespace KillAll kills the trees

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	agentv1 "github.com/airlock-sandbox/airlock/gen/airlock/agent/v1"
+	"github.com/airlock-sandbox/airlock/internal/agentwire"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
@@ -274,17 +275,17 @@ func fsWatchOp(mask uint32) agentv1.WatchOp {
 func (s *fileService) Watch(ctx context.Context, req *connect.Request[agentv1.WatchRequest], stream *connect.ServerStream[agentv1.WatchResponse]) error {
 	p, err := s.clean(req.Msg.GetPath(), "")
 	if err != nil {
-		return toConnect(err)
+		return agentwire.ToConnect(err)
 	}
 	w, err := s.newWatcher(p, req.Msg.GetRecursive())
 	if err != nil {
-		return toConnect(err)
+		return agentwire.ToConnect(err)
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		w.close()
-		return toConnect(errFSClosed)
+		return agentwire.ToConnect(errFSClosed)
 	}
 	s.watches[w] = struct{}{}
 	s.mu.Unlock()
@@ -322,7 +323,7 @@ func (s *fileService) Watch(ctx context.Context, req *connect.Request[agentv1.Wa
 				return nil
 			}
 			if it.err != nil {
-				return toConnect(it.err)
+				return agentwire.ToConnect(it.err)
 			}
 			for _, c := range it.changes {
 				if err := stream.Send(&agentv1.WatchResponse{Event: &agentv1.WatchResponse_Change_{Change: c}}); err != nil {

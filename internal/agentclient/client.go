@@ -14,6 +14,7 @@ import (
 
 	agentv1 "github.com/airlock-sandbox/airlock/gen/airlock/agent/v1"
 	"github.com/airlock-sandbox/airlock/gen/airlock/agent/v1/agentv1connect"
+	"github.com/airlock-sandbox/airlock/internal/agentwire"
 )
 
 // DialFunc opens a connection to the agent.
@@ -39,7 +40,7 @@ func New(dial DialFunc) *Client {
 		DialContext:     func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
 		Protocols:       &protocols,
 		IdleConnTimeout: 90 * time.Second,
-		HTTP2:           HTTP2Config(),
+		HTTP2:           agentwire.HTTP2Config(),
 	}
 	hc := &http.Client{Transport: tr}
 	// Everything crosses a local socket: gzip would only cost CPU (a
@@ -53,19 +54,6 @@ func New(dial DialFunc) *Client {
 	}
 }
 
-// HTTP2Config is the HTTP/2 configuration of both ends of the agent
-// socket (the agent serves with it too). The defaults are made for the internet: 16 KiB frames and small
-// flow-control windows cost a 1 MiB file hundreds of frames, system calls
-// and window updates. On a local socket large frames and windows cost
-// nothing; memory stays bounded by the per-stream window.
-func HTTP2Config() *http.HTTP2Config {
-	return &http.HTTP2Config{
-		MaxReadFrameSize:              1 << 20,
-		MaxReceiveBufferPerStream:     4 << 20,
-		MaxReceiveBufferPerConnection: 16 << 20,
-	}
-}
-
 // Close releases idle connections.
 func (c *Client) Close() {
 	c.httpc.CloseIdleConnections()
@@ -75,7 +63,7 @@ func (c *Client) Close() {
 func (c *Client) Info(ctx context.Context) (*agentv1.InfoResponse, error) {
 	res, err := c.info.Info(ctx, connect.NewRequest(&agentv1.InfoRequest{}))
 	if err != nil {
-		return nil, fromConnect(err)
+		return nil, agentwire.FromConnect(err)
 	}
 	return res.Msg, nil
 }

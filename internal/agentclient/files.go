@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 
 	agentv1 "github.com/airlock-sandbox/airlock/gen/airlock/agent/v1"
+	"github.com/airlock-sandbox/airlock/internal/agentwire"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
@@ -84,7 +85,7 @@ const chunkSize = 256 << 10
 func (c *Client) Stat(ctx context.Context, path string) (*EntryInfo, error) {
 	res, err := c.files.Stat(ctx, connect.NewRequest(&agentv1.StatRequest{Path: path}))
 	if err != nil {
-		return nil, fromConnect(err)
+		return nil, agentwire.FromConnect(err)
 	}
 	return entryFromProto(res.Msg.GetEntry()), nil
 }
@@ -97,7 +98,7 @@ func (c *Client) ListDir(ctx context.Context, path string, depth int) (entries [
 	}
 	res, err := c.files.ListDir(ctx, connect.NewRequest(&agentv1.ListDirRequest{Path: path, Depth: uint32(depth)}))
 	if err != nil {
-		return nil, false, fromConnect(err)
+		return nil, false, agentwire.FromConnect(err)
 	}
 	entries = make([]EntryInfo, 0, len(res.Msg.GetEntries()))
 	for _, e := range res.Msg.GetEntries() {
@@ -119,7 +120,7 @@ func (c *Client) ReadFileRange(ctx context.Context, path string, offset, limit i
 	defer cancel()
 	stream, err := c.files.Read(ctx, connect.NewRequest(&agentv1.ReadRequest{Path: path, Offset: offset, Limit: limit}))
 	if err != nil {
-		return nil, fromConnect(err)
+		return nil, agentwire.FromConnect(err)
 	}
 	// Cancel before closing: closing drains what the agent still sends.
 	defer func() { cancel(); _ = stream.Close() }()
@@ -139,7 +140,7 @@ func (c *Client) ReadFileRange(ctx context.Context, path string, offset, limit i
 		}
 	}
 	if err := stream.Err(); err != nil {
-		return info, fromConnect(err)
+		return info, agentwire.FromConnect(err)
 	}
 	if info == nil {
 		return nil, fmt.Errorf("read %s: agent sent nothing: %w", path, errdefs.ErrInternal)
@@ -177,7 +178,7 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, opts W
 					// The agent ended the stream; its answer says why.
 					_, err = stream.CloseAndReceive()
 				}
-				return nil, fromConnect(err)
+				return nil, agentwire.FromConnect(err)
 			}
 			msg = &agentv1.WriteRequest{}
 		}
@@ -194,7 +195,7 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, opts W
 	}
 	res, err := stream.CloseAndReceive()
 	if err != nil {
-		return nil, fromConnect(err)
+		return nil, agentwire.FromConnect(err)
 	}
 	return entryFromProto(res.Msg.GetEntry()), nil
 }
@@ -204,7 +205,7 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, opts W
 func (c *Client) MakeDir(ctx context.Context, path string, parents bool) (*EntryInfo, error) {
 	res, err := c.files.MakeDir(ctx, connect.NewRequest(&agentv1.MakeDirRequest{Path: path, Parents: parents}))
 	if err != nil {
-		return nil, fromConnect(err)
+		return nil, agentwire.FromConnect(err)
 	}
 	return entryFromProto(res.Msg.GetEntry()), nil
 }
@@ -213,7 +214,7 @@ func (c *Client) MakeDir(ctx context.Context, path string, parents bool) (*Entry
 func (c *Client) Move(ctx context.Context, src, dst string) (*EntryInfo, error) {
 	res, err := c.files.Move(ctx, connect.NewRequest(&agentv1.MoveRequest{Source: src, Destination: dst}))
 	if err != nil {
-		return nil, fromConnect(err)
+		return nil, agentwire.FromConnect(err)
 	}
 	return entryFromProto(res.Msg.GetEntry()), nil
 }
@@ -222,7 +223,7 @@ func (c *Client) Move(ctx context.Context, src, dst string) (*EntryInfo, error) 
 // path.
 func (c *Client) Remove(ctx context.Context, path string, recursive bool) error {
 	_, err := c.files.Remove(ctx, connect.NewRequest(&agentv1.RemoveRequest{Path: path, Recursive: recursive}))
-	return fromConnect(err)
+	return agentwire.FromConnect(err)
 }
 
 // Chmod sets the permission bits (and setuid, setgid, sticky) of path.
@@ -233,7 +234,7 @@ func (c *Client) Chmod(ctx context.Context, path string, mode os.FileMode) (*Ent
 	}
 	res, err := c.files.Chmod(ctx, connect.NewRequest(&agentv1.ChmodRequest{Path: path, Mode: m}))
 	if err != nil {
-		return nil, fromConnect(err)
+		return nil, agentwire.FromConnect(err)
 	}
 	return entryFromProto(res.Msg.GetEntry()), nil
 }
@@ -248,7 +249,7 @@ func (c *Client) Watch(ctx context.Context, path string, recursive bool) (<-chan
 	stream, err := c.files.Watch(ctx, connect.NewRequest(&agentv1.WatchRequest{Path: path, Recursive: recursive}))
 	if err != nil {
 		cancel()
-		return nil, fromConnect(err)
+		return nil, agentwire.FromConnect(err)
 	}
 	if !stream.Receive() {
 		err := stream.Err()
@@ -257,7 +258,7 @@ func (c *Client) Watch(ctx context.Context, path string, recursive bool) (<-chan
 		if err == nil {
 			return nil, fmt.Errorf("watch %s: agent ended the stream: %w", path, errdefs.ErrUnavailable)
 		}
-		return nil, fromConnect(err)
+		return nil, agentwire.FromConnect(err)
 	}
 	if stream.Msg().GetStarted() == nil {
 		stream.Close()
@@ -281,7 +282,7 @@ func (c *Client) Watch(ctx context.Context, path string, recursive bool) (<-chan
 		}
 		if err := stream.Err(); err != nil && ctx.Err() == nil {
 			select {
-			case ch <- WatchEvent{Err: fromConnect(err)}:
+			case ch <- WatchEvent{Err: agentwire.FromConnect(err)}:
 			case <-ctx.Done():
 			}
 		}
@@ -377,7 +378,7 @@ func watchOpFromProto(op agentv1.WatchOp) WatchOp {
 func (c *Client) ExportChanges(ctx context.Context, w io.Writer) error {
 	stream, err := c.files.ExportChanges(ctx, connect.NewRequest(&agentv1.ExportChangesRequest{}))
 	if err != nil {
-		return fromConnect(err)
+		return agentwire.FromConnect(err)
 	}
 	defer stream.Close()
 	for stream.Receive() {
@@ -385,5 +386,5 @@ func (c *Client) ExportChanges(ctx context.Context, w io.Writer) error {
 			return err
 		}
 	}
-	return fromConnect(stream.Err())
+	return agentwire.FromConnect(stream.Err())
 }

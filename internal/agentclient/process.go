@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	agentv1 "github.com/airlock-sandbox/airlock/gen/airlock/agent/v1"
+	"github.com/airlock-sandbox/airlock/internal/agentwire"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
@@ -186,7 +187,7 @@ func (c *Client) Start(ctx context.Context, req ExecRequest) (*Process, error) {
 	}
 	stream, err := c.proc.Start(ctx, connect.NewRequest(&agentv1.StartRequest{Config: cfg}))
 	if err != nil {
-		return nil, fromConnect(err)
+		return nil, agentwire.FromConnect(err)
 	}
 	return attach(stream, req.Stdout, req.Stderr)
 }
@@ -201,7 +202,7 @@ func (c *Client) Connect(ctx context.Context, pid int, stdout, stderr io.Writer)
 	}
 	stream, err := c.proc.Connect(ctx, connect.NewRequest(&agentv1.ConnectRequest{Process: sel}))
 	if err != nil {
-		return nil, fromConnect(err)
+		return nil, agentwire.FromConnect(err)
 	}
 	return attach(stream, stdout, stderr)
 }
@@ -282,7 +283,7 @@ func endOfStream(err error) error {
 	if err == nil || errors.Is(err, io.EOF) {
 		return fmt.Errorf("agent: process stream ended without an exit event: %w", errdefs.ErrUnavailable)
 	}
-	return fromConnect(err)
+	return agentwire.FromConnect(err)
 }
 
 func result(pid int, e *agentv1.Exit) *ExecResult {
@@ -356,7 +357,7 @@ func (c *Client) SendInput(ctx context.Context, pid int, data []byte) error {
 		return err
 	}
 	_, err = c.proc.SendInput(ctx, connect.NewRequest(&agentv1.SendInputRequest{Process: sel, Data: data}))
-	return fromConnect(err)
+	return agentwire.FromConnect(err)
 }
 
 // StreamInput copies r to a process's stdin or terminal until r's EOF. It
@@ -386,7 +387,7 @@ func (c *Client) StreamInput(ctx context.Context, pid int, r io.Reader) error {
 	// with the response.
 	_, err = stream.CloseAndReceive()
 	if err != nil {
-		return fromConnect(err)
+		return agentwire.FromConnect(err)
 	}
 	if sendErr != nil {
 		return fmt.Errorf("agent: send input: %w: %v", errdefs.ErrUnavailable, sendErr)
@@ -401,7 +402,7 @@ func (c *Client) CloseStdin(ctx context.Context, pid int) error {
 		return err
 	}
 	_, err = c.proc.CloseStdin(ctx, connect.NewRequest(&agentv1.CloseStdinRequest{Process: sel}))
-	return fromConnect(err)
+	return agentwire.FromConnect(err)
 }
 
 // Signal sends a signal (1..64) to a process; SIGKILL kills its tree.
@@ -414,7 +415,7 @@ func (c *Client) Signal(ctx context.Context, pid, signal int) error {
 		return fmt.Errorf("signal %d: %w", signal, errdefs.ErrInvalidArgument)
 	}
 	_, err = c.proc.SendSignal(ctx, connect.NewRequest(&agentv1.SendSignalRequest{Process: sel, Signal: int32(signal)}))
-	return fromConnect(err)
+	return agentwire.FromConnect(err)
 }
 
 // Resize changes the size of a PTY process's terminal.
@@ -427,14 +428,14 @@ func (c *Client) Resize(ctx context.Context, pid int, size PtySize) error {
 		Process: sel,
 		Size:    &agentv1.PtySize{Cols: uint32(size.Cols), Rows: uint32(size.Rows)},
 	}))
-	return fromConnect(err)
+	return agentwire.FromConnect(err)
 }
 
 // List returns the running processes, ordered by pid.
 func (c *Client) List(ctx context.Context) ([]ProcessInfo, error) {
 	res, err := c.proc.List(ctx, connect.NewRequest(&agentv1.ListRequest{}))
 	if err != nil {
-		return nil, fromConnect(err)
+		return nil, agentwire.FromConnect(err)
 	}
 	out := make([]ProcessInfo, 0, len(res.Msg.GetProcesses()))
 	for _, pi := range res.Msg.GetProcesses() {

@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	agentv1 "github.com/airlock-sandbox/airlock/gen/airlock/agent/v1"
+	"github.com/airlock-sandbox/airlock/internal/agentwire"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
@@ -54,7 +55,7 @@ type ProcessList struct {
 func (c *Client) ListAll(ctx context.Context) (*ProcessList, error) {
 	res, err := c.proc.ListAll(ctx, connect.NewRequest(&agentv1.ListAllRequest{}))
 	if err != nil {
-		return nil, fromConnect(err)
+		return nil, agentwire.FromConnect(err)
 	}
 	out := &ProcessList{Total: int(res.Msg.GetTotal()), Truncated: res.Msg.GetTruncated(),
 		Processes: make([]SandboxProcess, 0, len(res.Msg.GetProcesses()))}
@@ -84,7 +85,7 @@ func (c *Client) SignalAny(ctx context.Context, pid, signal int) error {
 		return fmt.Errorf("signal %d: %w", signal, errdefs.ErrInvalidArgument)
 	}
 	_, err := c.proc.SignalAny(ctx, connect.NewRequest(&agentv1.SignalAnyRequest{Pid: uint32(pid), Signal: int32(signal)}))
-	return fromConnect(err)
+	return agentwire.FromConnect(err)
 }
 
 // MaxKillAllWait is the longest wait KillAll may ask the agent for.
@@ -100,7 +101,7 @@ func (c *Client) KillAll(ctx context.Context, wait time.Duration) (int, error) {
 	}
 	res, err := c.proc.KillAll(ctx, connect.NewRequest(&agentv1.KillAllRequest{TimeoutMs: uint32(wait.Milliseconds())}))
 	if err != nil {
-		return 0, fromConnect(err)
+		return 0, agentwire.FromConnect(err)
 	}
 	return int(res.Msg.GetKilled()), nil
 }

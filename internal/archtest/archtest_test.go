@@ -26,7 +26,8 @@ type pkg struct {
 var forbidden = map[string][]string{
 	// What runs inside the sandbox, or confines it, knows nothing of the
 	// daemon's state.
-	module + "/internal/agent":   daemonSide,
+	// The agent and its client share only internal/agentwire.
+	module + "/internal/agent":   append(daemonSide, module+"/internal/agentclient"),
 	module + "/internal/confine": daemonSide,
 	module + "/internal/cgroups": daemonSide,
 	// A runtime backend serves the sandbox manager, never the reverse.

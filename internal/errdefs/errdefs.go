@@ -39,6 +39,9 @@ var classes = []error{
 	ErrCanceled, ErrNotSupported, ErrInternal,
 }
 
+// Classes returns every class, in the order Class reports them.
+func Classes() []error { return append([]error(nil), classes...) }
+
 // Class returns the class sentinel that err wraps, or ErrInternal when err
 // wraps none of them. Class(nil) is nil.
 func Class(err error) error {

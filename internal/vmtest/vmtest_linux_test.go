@@ -22,11 +22,11 @@ import (
 // Tests of the harness's parts that need no VM.
 
 type cpioEntry struct {
-	name       string
-	mode       uint32
-	data       string
-	rdevMajor  uint32
-	rdevMinor  uint32
+	name      string
+	mode      uint32
+	data      string
+	rdevMajor uint32
+	rdevMinor uint32
 }
 
 // readCpio parses a newc archive the way the kernel does, checking the
