@@ -57,8 +57,23 @@ const (
 	StateRunning  State = "running"
 	StatePaused   State = "paused"
 	StateStopping State = "stopping"
-	StateStopped  State = "stopped"
-	StateFailed   State = "failed"
+	// StateStopped and StateFailed with a non-zero StoppedAt: the
+	// sandbox has ended (EndReason says why). The server keeps ended
+	// sandboxes visible for a while (its ended_retention), then answers
+	// ErrNotFound.
+	StateStopped State = "stopped"
+	StateFailed  State = "failed"
+)
+
+// The reasons a sandbox ended (Sandbox.EndReason).
+const (
+	EndDeleted            = "deleted"             // DeleteSandbox
+	EndExpired            = "expired"             // its timeout passed
+	EndIdle               = "idle"                // its idle timeout passed
+	EndAgentDied          = "agent_died"          // its agent (PID 1) exited, and every process with it
+	EndAgentGone          = "agent_gone"          // its agent was gone when the server restarted
+	EndCreateInterrupted  = "create_interrupted"  // the server restarted before its create was answered
+	EndDestroyInterrupted = "destroy_interrupted" // the server restarted during its delete, then finished it
 )
 
 // Sandbox describes a sandbox.
@@ -75,8 +90,13 @@ type Sandbox struct {
 	MaxExpiresAt   time.Time
 	IdleTimeout    time.Duration
 	LastActivityAt time.Time
-	// StoppedAt is zero unless the sandbox is stopped.
+	// StoppedAt is when the sandbox ended (stopped, or failed with its
+	// agent dead: its resources are released); zero while it lives.
 	StoppedAt time.Time
+	// EndReason says why the sandbox ended or is ending (one of the End*
+	// constants); empty while it lives. Operations that need a live
+	// sandbox fail on an ended one with ErrConflict: do not retry them.
+	EndReason string
 	// Error says why a failed sandbox failed.
 	Error string
 }
@@ -111,6 +131,7 @@ type sandboxBody struct {
 	IdleTimeoutS   int64             `json:"idle_timeout_s"`
 	LastActivityAt time.Time         `json:"last_activity_at"`
 	StoppedAt      *time.Time        `json:"stopped_at"`
+	EndReason      string            `json:"end_reason"`
 	Error          string            `json:"error"`
 }
 
@@ -126,6 +147,7 @@ func (b *sandboxBody) sandbox() *Sandbox {
 		MaxExpiresAt:   b.MaxExpiresAt,
 		IdleTimeout:    time.Duration(b.IdleTimeoutS) * time.Second,
 		LastActivityAt: b.LastActivityAt,
+		EndReason:      b.EndReason,
 		Error:          b.Error,
 	}
 	if b.StoppedAt != nil {

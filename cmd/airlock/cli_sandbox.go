@@ -36,6 +36,7 @@ type sandboxJSON struct {
 	IdleTimeoutS   int64             `json:"idle_timeout_s,omitempty"`
 	LastActivityAt time.Time         `json:"last_activity_at"`
 	StoppedAt      *time.Time        `json:"stopped_at,omitempty"`
+	EndReason      string            `json:"end_reason,omitempty"`
 	Error          string            `json:"error,omitempty"`
 }
 
@@ -56,6 +57,7 @@ func toSandboxJSON(sb *client.Sandbox) sandboxJSON {
 		IdleTimeoutS:   int64(sb.IdleTimeout / time.Second),
 		LastActivityAt: sb.LastActivityAt.UTC(),
 		StoppedAt:      optTime(sb.StoppedAt),
+		EndReason:      sb.EndReason,
 		Error:          sb.Error,
 	}
 }
@@ -220,15 +222,24 @@ func (c *cli) sandboxList(ctx context.Context, args []string) (int, error) {
 	}
 	rows := make([][]string, 0, len(sbs))
 	for _, sb := range sbs {
-		rows = append(rows, []string{sb.ID, string(sb.State), sb.Template, formatTime(sb.CreatedAt),
+		rows = append(rows, []string{sb.ID, stateWithReason(sb), sb.Template, formatTime(sb.CreatedAt),
 			expiresIn(sb), formatMeta(sb.Metadata)})
 	}
 	return fail(c.table([]string{"ID", "STATE", "TEMPLATE", "CREATED", "EXPIRES", "METADATA"}, rows))
 }
 
+// stateWithReason is a sandbox's state, with why it ended once it has
+// ("failed (agent_died)").
+func stateWithReason(sb client.Sandbox) string {
+	if sb.EndReason == "" {
+		return string(sb.State)
+	}
+	return string(sb.State) + " (" + sb.EndReason + ")"
+}
+
 // expiresIn says when a sandbox expires, relative to now.
 func expiresIn(sb client.Sandbox) string {
-	if sb.State == client.StateStopped {
+	if sb.State == client.StateStopped || !sb.StoppedAt.IsZero() {
 		return "-"
 	}
 	d := time.Until(sb.ExpiresAt).Round(time.Second)
@@ -289,7 +300,10 @@ func (c *cli) describe(sb *client.Sandbox) error {
 		lines = append(lines, [2]string{"Idle timeout", sb.IdleTimeout.String()})
 	}
 	if !sb.StoppedAt.IsZero() {
-		lines = append(lines, [2]string{"Stopped", formatTime(sb.StoppedAt)})
+		lines = append(lines, [2]string{"Ended", formatTime(sb.StoppedAt)})
+	}
+	if sb.EndReason != "" {
+		lines = append(lines, [2]string{"End reason", sb.EndReason})
 	}
 	if sb.Error != "" {
 		lines = append(lines, [2]string{"Error", sb.Error})

@@ -164,7 +164,8 @@ func (h *Handler) syncRecords(ctx context.Context, tenant string) error {
 			switch {
 			case err != nil:
 				// The Manager forgot it: it ended a while ago.
-			case sb.State == sandbox.StateStopped:
+			case sb.Ended():
+				// Stopped, or failed with its agent dead.
 				stoppedAt = sb.StoppedAt
 			default:
 				continue

@@ -101,6 +101,7 @@ type sandboxJSON struct {
 	IdleTimeoutS   int64             `json:"idle_timeout_s,omitempty"`
 	LastActivityAt time.Time         `json:"last_activity_at"`
 	StoppedAt      *time.Time        `json:"stopped_at,omitempty"`
+	EndReason      string            `json:"end_reason,omitempty"`
 	Error          string            `json:"error,omitempty"`
 }
 
@@ -125,6 +126,7 @@ func toSandboxJSON(sb sandbox.Sandbox) sandboxJSON {
 		MaxExpiresAt:   sb.MaxExpiresAt.UTC(),
 		IdleTimeoutS:   int64(sb.IdleTimeout / time.Second),
 		LastActivityAt: sb.LastActivity.UTC(),
+		EndReason:      sb.EndReason,
 		Error:          sb.Error,
 	}
 	if !sb.StoppedAt.IsZero() {
@@ -209,7 +211,10 @@ func sandboxNotFound(id string) error {
 	return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 }
 
-// liveStates are the states that count against a tenant's quota.
+// liveStates are the states of the store's records that count against a
+// tenant's quota (see activeRecordStates). The manager's own view is
+// Filter.Live: a failed sandbox whose agent died has ended and no longer
+// counts.
 var liveStates = []sandbox.State{
 	sandbox.StateCreating, sandbox.StateAdopting, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping, sandbox.StateFailed,
 }
@@ -229,7 +234,7 @@ func (h *Handler) createSandbox(c *call) error {
 	if err != nil {
 		return err
 	}
-	if quota > 0 && len(h.mgr.List(sandbox.Filter{Owner: c.p.TenantID, States: liveStates})) >= quota {
+	if quota > 0 && len(h.mgr.List(sandbox.Filter{Owner: c.p.TenantID, Live: true})) >= quota {
 		return quotaErr(quota)
 	}
 	if err := c.begin(); err != nil {
@@ -273,7 +278,7 @@ func (h *Handler) createSandbox(c *call) error {
 	case quota > 0:
 		// Concurrent creates may all pass the check above: the oldest
 		// ones within the quota stay, the newer ones go.
-		live := h.mgr.List(sandbox.Filter{Owner: c.p.TenantID, States: liveStates})
+		live := h.mgr.List(sandbox.Filter{Owner: c.p.TenantID, Live: true})
 		if i := slices.IndexFunc(live, func(s sandbox.Sandbox) bool { return s.ID == sb.ID }); i >= quota {
 			return undo(quotaErr(quota))
 		}

@@ -62,6 +62,12 @@ type Config struct {
 	MaxExecsPerSandbox int `json:"max_execs_per_sandbox"`
 	MaxExecsPerKey     int `json:"max_execs_per_key"`
 	ExecMemoryMB       int `json:"exec_memory_mb"`
+	// EndedRetention is how long an ended sandbox (deleted, expired,
+	// idle, its agent dead, ended by a restart) stays visible through
+	// GET and list, stopped or failed with its end reason and time; the
+	// daemon keeps at most the latest 1000 either way. The audit log is
+	// the lasting record of every end.
+	EndedRetention Duration `json:"ended_retention"`
 }
 
 // Defaults returns the built-in configuration.
@@ -83,6 +89,8 @@ func Defaults() Config {
 		MaxExecsPerSandbox: 16,
 		MaxExecsPerKey:     64,
 		ExecMemoryMB:       512,
+
+		EndedRetention: Duration(time.Hour),
 	}
 }
 
@@ -195,6 +203,7 @@ func newFlagSet(cfg *Config, configPath *string, usageOut io.Writer) *flag.FlagS
 	fs.IntVar(&cfg.MaxExecsPerSandbox, "max-execs-per-sandbox", cfg.MaxExecsPerSandbox, "execs, PTY sessions and code cells in flight per sandbox")
 	fs.IntVar(&cfg.MaxExecsPerKey, "max-execs-per-key", cfg.MaxExecsPerKey, "execs, PTY sessions and code cells in flight per API key")
 	fs.IntVar(&cfg.ExecMemoryMB, "exec-memory-mb", cfg.ExecMemoryMB, "MiB the execs, PTY sessions and code cells in flight may hold, daemon-wide")
+	fs.Var(&cfg.EndedRetention, "ended-retention", "how long ended sandboxes stay visible (stopped or failed, with why)")
 	return fs
 }
 
@@ -249,6 +258,7 @@ func envKeys(cfg *Config) map[string]func(string) error {
 		"AIRLOCK_MAX_EXECS_PER_SANDBOX":     num(&cfg.MaxExecsPerSandbox),
 		"AIRLOCK_MAX_EXECS_PER_KEY":         num(&cfg.MaxExecsPerKey),
 		"AIRLOCK_EXEC_MEMORY_MB":            num(&cfg.ExecMemoryMB),
+		"AIRLOCK_ENDED_RETENTION":           cfg.EndedRetention.Set,
 	}
 }
 
@@ -302,6 +312,8 @@ func (c Config) Validate() error {
 		return bad("max execs per key must be between 1 and 65536")
 	case c.ExecMemoryMB < minExecMemoryMB || c.ExecMemoryMB > 1<<20:
 		return bad("exec memory must be between %d and %d MiB", minExecMemoryMB, 1<<20)
+	case c.EndedRetention < Duration(time.Second) || c.EndedRetention > Duration(7*24*time.Hour):
+		return bad("ended retention must be between 1s and 168h")
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err

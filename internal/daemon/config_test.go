@@ -57,6 +57,31 @@ func TestLoadConfigExecCaps(t *testing.T) {
 	}
 }
 
+// TestLoadConfigEndedRetention checks the retention of ended sandboxes:
+// an hour by default, set by the file, the environment or a flag.
+func TestLoadConfigEndedRetention(t *testing.T) {
+	if d := Defaults().EndedRetention; d != Duration(time.Hour) {
+		t.Fatalf("default ended retention %v (docs/ARCHITECTURE.md states 1h)", time.Duration(d))
+	}
+	file := filepath.Join(t.TempDir(), "airlock.json")
+	if err := os.WriteFile(file, []byte(`{"ended_retention":"10m"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args, env []string
+		want      time.Duration
+	}{
+		{[]string{"--config", file}, nil, 10 * time.Minute},
+		{[]string{"--config", file}, []string{"AIRLOCK_ENDED_RETENTION=2h"}, 2 * time.Hour},
+		{[]string{"--config", file, "--ended-retention", "30s"}, []string{"AIRLOCK_ENDED_RETENTION=2h"}, 30 * time.Second},
+	} {
+		cfg, err := LoadConfig(tt.args, tt.env, io.Discard)
+		if err != nil || time.Duration(cfg.EndedRetention) != tt.want {
+			t.Errorf("%v %v: %v, %v; want %v", tt.args, tt.env, time.Duration(cfg.EndedRetention), err, tt.want)
+		}
+	}
+}
+
 func TestLoadConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, body string) string {
@@ -88,6 +113,8 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"no execs per key", nil, []string{"AIRLOCK_MAX_EXECS_PER_KEY=0"}, "max execs per key"},
 		{"exec memory too small", []string{"--config", write("d.json", `{"exec_memory_mb":16}`)}, nil, "exec memory"},
 		{"bad exec memory env", nil, []string{"AIRLOCK_EXEC_MEMORY_MB=lots"}, "AIRLOCK_EXEC_MEMORY_MB"},
+		{"ended retention too long", []string{"--ended-retention", "999h"}, nil, "ended retention"},
+		{"ended retention zero", nil, []string{"AIRLOCK_ENDED_RETENTION=0s"}, "ended retention"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -187,8 +187,9 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		DefaultTimeout:  time.Duration(cfg.DefaultTimeout),
 		MaxLifetime:     time.Duration(cfg.MaxLifetime),
 		MaxConcurrent:   cfg.MaxSandboxes,
-		// Sandboxes recovery ends (interrupted creates and destroys,
-		// expired, agent gone) are on the audit record.
+		EndedRetention:  time.Duration(cfg.EndedRetention),
+		// Every sandbox the manager ends itself (expiry, idle timeout,
+		// a dead agent, recovery) is on the audit record.
 		Ends: auditEnds{log: auditLog, timeout: 10 * time.Second, logger: log.With("component", "sandbox")},
 	}
 	if cfg.PoolSize > 0 {

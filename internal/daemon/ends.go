@@ -12,10 +12,11 @@ import (
 )
 
 // ActionSandboxEnd is the audit action of a sandbox that the daemon ended
-// on its own authority (sandbox.End): by the daemon (no key), in the
-// sandbox owner's tenant, targeting the sandbox, with details "reason"
-// (a sandbox.End* reason) and "origin" (for an API create, the seq of
-// that create's intent record).
+// on its own authority (sandbox.End: expiry, idle timeout, a dead agent,
+// what a restart found): by the daemon (no key), in the sandbox owner's
+// tenant, targeting the sandbox, with details "reason" (a sandbox.End*
+// reason) and "origin" (for an API create, the seq of that create's
+// intent record).
 const ActionSandboxEnd = "sandbox.end"
 
 // auditEnds records the sandboxes the manager ends in the audit log: an

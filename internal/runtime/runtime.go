@@ -60,6 +60,14 @@ type Instance interface {
 	Dial(ctx context.Context) (net.Conn, error)
 	// Stats reports current resource usage of the whole sandbox.
 	Stats(ctx context.Context) (Stats, error)
+	// Exited is closed once the sandbox's agent, its PID 1, has exited,
+	// whatever ended it (Destroy included): every process of the
+	// sandbox ended with it and the sandbox can serve nothing more. It
+	// is closed within moments of the exit, for created and adopted
+	// instances alike, so that a sandbox that dies on its own is noticed
+	// at once rather than by the next failed health check. Waiting on it
+	// must not cost the daemon an OS thread per sandbox.
+	Exited() <-chan struct{}
 	// Destroy kills everything in the sandbox and frees its host resources.
 	Destroy(ctx context.Context) error
 }

@@ -44,6 +44,10 @@ type Manager struct {
 	fillSem chan struct{} // bounds pool members being created
 
 	recovering chan struct{} // closed when Start's background recovery ends
+	closing    chan struct{} // closed by Close: agent watchers stop
+	// ended are the ended records kept for Get and List, oldest end
+	// first (see retainLocked).
+	ended []*record
 
 	// step, if set, is called at each named step of create and destroy
 	// (see the step constants); tests stop a manager there to play a
@@ -65,6 +69,11 @@ type record struct {
 	destroyWanted bool // Destroy was called while creating
 	pending       bool // created with Spec.Pending, not confirmed yet
 	origin        string
+	// ending is set while a destroy or release runs (destroying is
+	// open); endState is the state it leaves the sandbox in when it
+	// succeeds: stopped, or failed for a dead agent.
+	ending   bool
+	endState State
 
 	created    chan struct{} // closed when creation ends, either way
 	destroying chan struct{} // non-nil while a destroy runs; closed at its end
@@ -112,6 +121,7 @@ func New(rt runtime.Runtime, templates *template.Registry, cfg Config, log *slog
 		log:       log,
 		state:     st,
 		records:   make(map[string]*record),
+		closing:   make(chan struct{}),
 		pools:     make(map[string]*pool),
 		fillSem:   make(chan struct{}, cfg.PoolFillConcurrency),
 	}
@@ -145,6 +155,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		return nil
 	}
 	m.closed = true
+	close(m.closing)
 	stop := m.stop
 	var members []*poolMember
 	for _, p := range m.pools {
@@ -301,6 +312,7 @@ func (m *Manager) createCold(ctx context.Context, rs resolvedSpec) (Sandbox, err
 	sb := rec.snapshot()
 	m.mu.Unlock()
 	m.log.Info("sandbox created", "sandbox", id, "template", sb.Template, "took", time.Since(now).Round(time.Microsecond))
+	m.watchAgent(rec)
 	if wanted {
 		// Destroyed while being created: finish the job for the caller
 		// of Destroy and report what is left.
@@ -334,9 +346,10 @@ func (m *Manager) Confirm(ctx context.Context, id string) error {
 		m.mu.Unlock()
 		return nil
 	}
-	if s := rec.sb.State; s != StateRunning && s != StateFailed {
+	if s := rec.sb.State; (s != StateRunning && s != StateFailed) || rec.ending || rec.sb.Ended() {
+		err := rec.notRunningErr()
 		m.mu.Unlock()
-		return fmt.Errorf("sandbox %s is %s: %w", id, s, errdefs.ErrFailedPrecondition)
+		return err
 	}
 	p := rec.persisted()
 	p.Pending = false
@@ -468,6 +481,9 @@ func (f Filter) matches(sb *Sandbox) bool {
 	if f.Owner != "" && f.Owner != sb.Owner {
 		return false
 	}
+	if f.Live && sb.Ended() {
+		return false
+	}
 	for k, v := range f.Metadata {
 		if got, ok := sb.Metadata[k]; !ok || got != v {
 			return false
@@ -477,9 +493,11 @@ func (f Filter) matches(sb *Sandbox) bool {
 }
 
 // Destroy kills the sandbox and frees its resources. A sandbox being
-// created is destroyed as soon as its creation ends; destroying a stopped
-// sandbox (still in the record) is a no-op. If the runtime fails to
-// destroy it, the sandbox becomes failed and the error is returned.
+// created is destroyed as soon as its creation ends; destroying an ended
+// sandbox (still in the record) is a no-op, and one whose destroy or
+// release is under way waits for it. If the runtime fails to destroy it,
+// the sandbox becomes failed and the error is returned. Its EndReason is
+// EndDeleted.
 func (m *Manager) Destroy(ctx context.Context, id string) error {
 	m.mu.Lock()
 	rec, ok := m.records[id]
@@ -494,10 +512,24 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 func (m *Manager) destroyRecord(ctx context.Context, rec *record, reason string) error {
 	for {
 		m.mu.Lock()
-		switch rec.sb.State {
-		case StateStopped:
+		if rec.ending {
+			ch := rec.destroying
+			m.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return ctxErr(ctx, "destroy")
+			}
+			m.mu.Lock()
+			err := rec.destroyErr
+			m.mu.Unlock()
+			return err
+		}
+		if rec.sb.Ended() {
 			m.mu.Unlock()
 			return nil
+		}
+		switch rec.sb.State {
 		case StateCreating:
 			rec.destroyWanted = true
 			ch := rec.created
@@ -514,30 +546,27 @@ func (m *Manager) destroyRecord(ctx context.Context, rec *record, reason string)
 				return nil // its creation failed: nothing left
 			}
 			continue
-		case StateStopping:
-			ch := rec.destroying
-			m.mu.Unlock()
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				return ctxErr(ctx, "destroy")
-			}
-			m.mu.Lock()
-			err := rec.destroyErr
-			m.mu.Unlock()
-			return err
 		}
 		// adopting, running or failed: this call destroys it.
-		rec.sb.State = StateStopping
-		rec.destroying = make(chan struct{})
+		m.beginDestroyLocked(rec, EndDeleted, StateStopping)
 		m.mu.Unlock()
 		break
 	}
 	return m.runDestroy(ctx, rec, reason)
 }
 
-// runDestroy destroys rec, which its caller moved to StateStopping with a
-// fresh destroying channel, and reports the result to those waiting.
+// beginDestroyLocked marks rec as being destroyed for reason, showing
+// state meanwhile. Call with Manager.mu held, then runDestroy.
+func (m *Manager) beginDestroyLocked(rec *record, reason string, state State) {
+	rec.sb.State, rec.sb.EndReason = state, reason
+	rec.ending, rec.endState = true, endState(reason)
+	rec.destroying = make(chan struct{})
+}
+
+// runDestroy destroys rec, which its caller marked (beginDestroyLocked),
+// and reports the result to those waiting. On success the sandbox has
+// ended: it is in its endState, its MaxConcurrent slot is free and its
+// record is kept for EndedRetention.
 func (m *Manager) runDestroy(ctx context.Context, rec *record, reason string) error {
 	id := rec.sb.ID
 	rec.client.Close()
@@ -568,19 +597,24 @@ func (m *Manager) runDestroy(ctx context.Context, rec *record, reason string) er
 	}
 
 	m.mu.Lock()
+	rec.ending = false
 	if err != nil {
 		rec.sb.State = StateFailed
-		rec.sb.Error = "destroying the sandbox failed"
+		if rec.sb.EndReason == EndAgentDied {
+			rec.sb.Error = agentDiedError + "; releasing what the sandbox held failed: delete it to retry"
+		} else {
+			rec.sb.Error = "destroying the sandbox failed"
+		}
+		rec.sb.EndReason = ""
 		rec.unhealthy = false
 		m.log.Warn("runtime destroy failed", "sandbox", id, "err", err)
 		err = publicErr("destroy sandbox "+id, err)
 	} else {
-		rec.sb.State = StateStopped
+		rec.sb.State = rec.endState
 		rec.sb.StoppedAt = time.Now()
+		rec.sb.Env = nil // may hold secrets; an ended sandbox runs nothing
 		m.active--
-		if m.cfg.StoppedRetention < 0 {
-			delete(m.records, id)
-		}
+		m.retainLocked(rec)
 	}
 	rec.destroyErr = err
 	close(rec.destroying)
@@ -616,9 +650,10 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration) (S
 		m.mu.Unlock()
 		return Sandbox{}, err
 	}
-	if s := rec.sb.State; s != StateRunning && s != StateFailed {
+	if s := rec.sb.State; (s != StateRunning && s != StateFailed) || rec.ending || rec.sb.Ended() {
+		err := rec.notRunningErr()
 		m.mu.Unlock()
-		return Sandbox{}, fmt.Errorf("sandbox %s is %s: %w", id, s, errdefs.ErrFailedPrecondition)
+		return Sandbox{}, err
 	}
 	exp := time.Now().Add(d)
 	if exp.After(rec.sb.MaxExpiresAt) {
@@ -669,12 +704,8 @@ func (m *Manager) acquire(id string) (*record, func(), error) {
 	if !ok {
 		return nil, nil, notFound(id)
 	}
-	switch rec.sb.State {
-	case StateRunning:
-	case StateAdopting:
-		return nil, nil, fmt.Errorf("sandbox %s is being adopted by the restarted daemon; retry in a moment: %w", id, errdefs.ErrUnavailable)
-	default:
-		return nil, nil, fmt.Errorf("sandbox %s is %s: %w", id, rec.sb.State, errdefs.ErrFailedPrecondition)
+	if rec.sb.State != StateRunning {
+		return nil, nil, rec.notRunningErr()
 	}
 	rec.inflight++
 	rec.sb.LastActivity = time.Now()

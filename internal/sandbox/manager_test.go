@@ -286,7 +286,7 @@ func TestInvalidSpecs(t *testing.T) {
 func TestExpiryByReaper(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	m := e.manager(Config{ReapInterval: 10 * time.Millisecond, StoppedRetention: 100 * time.Millisecond})
+	m := e.manager(Config{ReapInterval: 10 * time.Millisecond, EndedRetention: 100 * time.Millisecond})
 	short, err := m.Create(ctx, Spec{Timeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -529,7 +529,7 @@ func TestHealthMarksFailed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.rt.Crash(sb.ID); err != nil {
+	if err := e.rt.Hang(sb.ID); err != nil { // alive, but not answering
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "failed state", func() bool { return stateOf(m, sb.ID) == StateFailed })

@@ -139,6 +139,7 @@ func (m *Manager) claim(ctx context.Context, p *pool, rs resolvedSpec) (sb Sandb
 		m.records[rec.sb.ID] = rec
 		sb = rec.snapshot()
 		m.mu.Unlock()
+		m.watchAgent(rec)
 		m.log.Info("sandbox claimed from pool", "sandbox", sb.ID, "template", sb.Template,
 			"took", time.Since(now).Round(time.Microsecond))
 		return sb, true, nil

@@ -24,8 +24,9 @@ func (m *Manager) reapLoop(ctx context.Context) {
 	}
 }
 
-// reap destroys sandboxes past their expiry or idle timeout, drops
-// stopped records past StoppedRetention and recycles old pool members.
+// reap ends sandboxes past their expiry or idle timeout (each end on the
+// record, see end), drops ended records past EndedRetention and recycles
+// old pool members.
 func (m *Manager) reap(ctx context.Context, now time.Time) {
 	type victim struct {
 		rec    *record
@@ -33,21 +34,15 @@ func (m *Manager) reap(ctx context.Context, now time.Time) {
 	}
 	var victims []victim
 	m.mu.Lock()
-	for id, rec := range m.records {
-		sb := &rec.sb
-		switch sb.State {
-		case StateRunning, StateFailed:
-			if !now.Before(sb.ExpiresAt) {
-				victims = append(victims, victim{rec, "expired"})
-			} else if sb.State == StateRunning && sb.IdleTimeout > 0 && rec.inflight == 0 && now.Sub(sb.LastActivity) >= sb.IdleTimeout {
-				victims = append(victims, victim{rec, "idle"})
-			}
-		case StateStopped:
-			if now.Sub(sb.StoppedAt) >= m.cfg.StoppedRetention {
-				delete(m.records, id)
-			}
+	for _, rec := range m.records {
+		switch {
+		case rec.dueLocked(EndExpired, now):
+			victims = append(victims, victim{rec, EndExpired})
+		case rec.dueLocked(EndIdle, now):
+			victims = append(victims, victim{rec, EndIdle})
 		}
 	}
+	m.purgeEndedLocked(now)
 	old := m.recycleMembersLocked(now)
 	m.mu.Unlock()
 
@@ -57,7 +52,7 @@ func (m *Manager) reap(ctx context.Context, now time.Time) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			_ = m.destroyRecord(ctx, v.rec, v.reason) // logged by destroyRecord
+			_ = m.end(ctx, v.rec, v.reason, now) // logged by runDestroy
 		})
 	}
 	for _, pm := range old {

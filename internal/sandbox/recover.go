@@ -12,7 +12,8 @@ import (
 )
 
 // End is a sandbox that the manager ended on its own authority rather
-// than through Destroy: what an auditor needs to tell what became of it.
+// than through Destroy (expiry, idle timeout, a dead agent, recovery):
+// what an auditor needs to tell what became of it.
 type End struct {
 	ID       string
 	Owner    string // "" when its record was unreadable
@@ -33,19 +34,42 @@ const (
 	// begun (the reason it was ending is in the record's details); it
 	// finished the destroy.
 	EndDestroyInterrupted = "destroy_interrupted"
-	// EndExpired: the sandbox expired while no daemon ran.
+	// EndExpired: the sandbox reached its expiry (ExpiresAt) and the
+	// reaper destroyed it, or a restart found it expired while no
+	// daemon ran.
 	EndExpired = "expired"
+	// EndIdle: the sandbox had no activity for its IdleTimeout and the
+	// reaper destroyed it.
+	EndIdle = "idle"
+	// EndAgentDied: the sandbox's agent (its PID 1) exited while the
+	// daemon ran, and every process of the sandbox with it; the
+	// manager released what was left. The sandbox is failed.
+	EndAgentDied = "agent_died"
 	// EndAgentGone: a restart found the sandbox's record but no live
 	// agent (it died, or the host rebooted); what was left was removed.
 	EndAgentGone = "agent_gone"
 	// EndNoRecord: a restart found a live sandbox without a usable
 	// record (so no owner); it was removed.
 	EndNoRecord = "no_record"
+	// EndDeleted is the EndReason of a sandbox ended by Destroy. It is
+	// never reported to an EndRecorder: Destroy's caller (the API's
+	// delete) records that end itself.
+	EndDeleted = "deleted"
 )
 
-// EndRecorder is told of the sandboxes that the manager ends itself. The
-// daemon records each in the audit log, so that no sandbox disappears
-// without a trace. Begin is called before the sandbox is touched; finish,
+// endState is the state a sandbox ended for reason is left in: failed
+// when its agent died, stopped otherwise.
+func endState(reason string) State {
+	switch reason {
+	case EndAgentDied, EndAgentGone:
+		return StateFailed
+	}
+	return StateStopped
+}
+
+// EndRecorder is told of the sandboxes that the manager ends itself
+// (every End reason but EndDeleted). The daemon records each in the audit
+// log, so that no sandbox disappears without a trace. Begin is called before the sandbox is touched; finish,
 // which it returns, with the result (nil: nothing of the sandbox is left).
 // An error from Begin is logged and the end goes ahead: a sandbox whose
 // create was never confirmed must not stay because the log is down.
@@ -215,7 +239,8 @@ func (m *Manager) recoverInstance(inst runtime.Instance, now time.Time) func(con
 		origin:  p.Origin,
 	}
 	if reason != "" {
-		rec.sb.State = StateStopping
+		rec.sb.State, rec.sb.EndReason = StateStopping, reason
+		rec.ending, rec.endState = true, StateStopped
 		rec.destroying = make(chan struct{})
 	}
 	m.mu.Lock()
@@ -223,6 +248,8 @@ func (m *Manager) recoverInstance(inst runtime.Instance, now time.Time) func(con
 	m.active++
 	m.mu.Unlock()
 	if reason == "" {
+		// An agent that dies while adopting or later is noticed at once.
+		m.watchAgent(rec)
 		return func(ctx context.Context) { m.adoptRecovered(ctx, rec) }
 	}
 	ending := p.Ending
@@ -310,6 +337,39 @@ func (m *Manager) forgetGone(ctx context.Context, id string) {
 	}
 	m.log.Info("sandbox gone at recovery", "sandbox", id, "reason", reason)
 	finish(nil) // the sandbox itself is gone; a stale file is the runtime's concern no more
+	if !ok {
+		return // no owner to show it to
+	}
+	// Its owner sees what became of it for the retention period, like
+	// any ended sandbox.
+	now := time.Now()
+	rec := &record{
+		sb: Sandbox{
+			ID:           id,
+			Owner:        p.Owner,
+			Template:     p.Template,
+			State:        endState(reason),
+			Metadata:     p.Metadata,
+			CreatedAt:    p.CreatedAt,
+			ExpiresAt:    p.ExpiresAt,
+			MaxExpiresAt: p.MaxExpiresAt,
+			IdleTimeout:  p.IdleTimeout,
+			LastActivity: now,
+			StoppedAt:    now,
+			EndReason:    reason,
+		},
+		created: closedChan(),
+		origin:  p.Origin,
+	}
+	if reason == EndAgentGone {
+		rec.sb.Error = "the sandbox's agent was gone when the daemon restarted"
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, dup := m.records[id]; !dup {
+		m.records[id] = rec
+		m.retainLocked(rec)
+	}
 }
 
 // beginEnd reports e to Config.Ends and returns the function that reports

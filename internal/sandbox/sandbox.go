@@ -28,9 +28,24 @@
 // A sandbox is failed when its agent stops answering health checks (it
 // returns to running if the agent answers again) or when destroying it
 // failed; either way it still counts against MaxConcurrent and is
-// destroyed at expiry or on request. Stopped records are kept for
-// Config.StoppedRetention so that a Get right after a Destroy or an
-// expiry reports "stopped" instead of "not found", then dropped.
+// destroyed at expiry or on request. (A failed sandbox whose StoppedAt is
+// set has ended instead: see below.)
+//
+// A sandbox whose agent exits (its PID 1 died, and with it every process
+// of the sandbox) is failed at once: the runtime reports the exit
+// (runtime.Instance.Exited) and the manager marks it failed, with
+// EndReason EndAgentDied, and releases everything it held right away
+// (processes left in its cgroups, cgroups, mounts, state dir, uid slot,
+// its record file and its MaxConcurrent slot), as a destroy does.
+//
+// Every end is on the record: the manager reports to Config.Ends each
+// sandbox it ends on its own authority (expiry, idle timeout, a dead
+// agent, recovery; see End), and Destroy's callers record theirs. An
+// ended sandbox keeps its record, stopped (or failed, for a dead agent),
+// with EndReason and StoppedAt, for Config.EndedRetention and among the
+// Config.MaxEnded latest ends, so that Get and List show what became of
+// it instead of "not found"; then it is dropped. Operations on it fail
+// with ErrFailedPrecondition, saying that it has ended and why.
 package sandbox
 
 import (
@@ -133,11 +148,20 @@ type Sandbox struct {
 	// LastActivity is when an exec or file operation last started or
 	// ended (for adopted sandboxes: at the earliest, their adoption).
 	LastActivity time.Time
-	// StoppedAt is set once the sandbox is stopped.
+	// StoppedAt is set once the sandbox has ended: it is stopped, or
+	// failed with nothing of it left (its agent died). Its resources are
+	// released and it no longer counts against MaxConcurrent.
 	StoppedAt time.Time
+	// EndReason says why the sandbox ended or is ending: EndDeleted, or
+	// one of the End* reasons the manager reports (EndExpired, EndIdle,
+	// EndAgentDied, the recovery ones). Empty while it lives.
+	EndReason string
 	// Error says why a failed sandbox failed.
 	Error string
 }
+
+// Ended reports whether the sandbox has ended (see StoppedAt).
+func (s *Sandbox) Ended() bool { return !s.StoppedAt.IsZero() }
 
 // Filter selects sandboxes in List. Empty fields match everything.
 type Filter struct {
@@ -147,6 +171,9 @@ type Filter struct {
 	Metadata map[string]string
 	// Owner, if not empty, keeps the sandboxes of this owner.
 	Owner string
+	// Live keeps only the sandboxes that have not ended (that hold
+	// resources: what a quota counts).
+	Live bool
 }
 
 // Caps on the size of a Spec's Env and Metadata.
@@ -156,6 +183,7 @@ const (
 	MaxValueBytes  = 4 << 10
 	maxPoolTotal   = 256
 	defaultPoolMax = 64
+	maxEnded       = 100000
 )
 
 // Config tunes a Manager. Zero values take the defaults documented on each
@@ -211,9 +239,15 @@ type Config struct {
 	CreateTimeout time.Duration
 	// DestroyTimeout bounds destroying one sandbox. Default 30 seconds.
 	DestroyTimeout time.Duration
-	// StoppedRetention is how long a stopped sandbox stays visible to Get
-	// and List. Default 1 minute; negative drops records at once.
-	StoppedRetention time.Duration
+	// EndedRetention is how long an ended sandbox (stopped, or failed
+	// with its agent dead) stays visible to Get and List, with its
+	// EndReason and StoppedAt. Default 1 hour; negative drops records at
+	// once. The audit log, not this, is the lasting record of an end.
+	EndedRetention time.Duration
+	// MaxEnded caps the ended sandboxes kept (the oldest ends go first),
+	// whatever EndedRetention says. Default 1000; an ended record holds
+	// the sandbox's metadata (its env is dropped), at most about 280 KiB.
+	MaxEnded int
 	// AdoptTimeout is how long a restarted manager waits for the agent of
 	// a sandbox it adopts to answer before marking it failed (never
 	// destroyed: its agent is alive, only slow). Default 60 seconds.
@@ -221,8 +255,9 @@ type Config struct {
 	// AdoptConcurrency bounds the sandboxes adopted, or ended by
 	// recovery, at once. Default 16.
 	AdoptConcurrency int
-	// Ends, if set, is told of every sandbox that recovery ends (see
-	// EndRecorder); the daemon records them in the audit log.
+	// Ends, if set, is told of every sandbox the manager ends itself:
+	// expiry, idle timeout, a dead agent, recovery (see EndRecorder);
+	// the daemon records them in the audit log.
 	Ends EndRecorder
 }
 
@@ -296,8 +331,11 @@ func (c Config) withDefaults() Config {
 	if c.DestroyTimeout == 0 {
 		c.DestroyTimeout = 30 * time.Second
 	}
-	if c.StoppedRetention == 0 {
-		c.StoppedRetention = time.Minute
+	if c.EndedRetention == 0 {
+		c.EndedRetention = time.Hour
+	}
+	if c.MaxEnded == 0 {
+		c.MaxEnded = 1000
 	}
 	if c.AdoptTimeout == 0 {
 		c.AdoptTimeout = time.Minute
@@ -333,6 +371,8 @@ func (c Config) Validate() error {
 		return bad("intervals and timeouts must be positive")
 	case c.HealthFailures < 0:
 		return bad("health failures must be positive")
+	case c.MaxEnded < 0 || c.MaxEnded > maxEnded:
+		return bad("max ended must be between 1 and %d", maxEnded)
 	case c.AdoptTimeout < 0:
 		return bad("adopt timeout must be positive")
 	case c.AdoptConcurrency < 0 || c.AdoptConcurrency > 256:

@@ -26,8 +26,8 @@ type Instance struct {
 	dir    string
 	state  *state
 	cg     *cgroups.Sandbox
-	pidfd  int             // of the agent; -1 once destroyed
-	exited <-chan struct{} // closed when the agent exits, if it is our child
+	agent  *agentProc      // the agent's pidfd; nil once destroyed (guarded by destroyMu)
+	exited <-chan struct{} // closed when the agent has exited
 
 	destroyOnce sync.Once     // closes destroyed
 	destroyMu   sync.Mutex    // serializes Destroy; guards destroyDone
@@ -41,16 +41,16 @@ var (
 )
 
 // newInstance makes the Instance of a started or adopted sandbox. It takes
-// ownership of pidfd, a pidfd of the agent.
-func newInstance(r *Runtime, dir string, st *state, cg *cgroups.Sandbox, pidfd int, exited <-chan struct{}) *Instance {
+// ownership of agent.
+func newInstance(r *Runtime, dir string, st *state, cg *cgroups.Sandbox, agent *agentProc) *Instance {
 	return &Instance{
 		r:         r,
 		id:        st.Spec.ID,
 		dir:       dir,
 		state:     st,
 		cg:        cg,
-		pidfd:     pidfd,
-		exited:    exited,
+		agent:     agent,
+		exited:    agent.exited,
 		destroyed: make(chan struct{}),
 	}
 }
@@ -69,6 +69,11 @@ func (i *Instance) Pid() int { return i.state.Pid }
 
 // UIDBase is the host uid that root inside the sandbox maps to.
 func (i *Instance) UIDBase() uint32 { return i.state.UIDBase }
+
+// Exited implements runtime.Instance: the channel is closed as soon as the
+// agent has exited, seen through its pidfd in the netpoller (for an agent
+// this daemon started, once it is reaped).
+func (i *Instance) Exited() <-chan struct{} { return i.exited }
 
 // Dial implements runtime.Instance.
 func (i *Instance) Dial(ctx context.Context) (net.Conn, error) {
@@ -132,14 +137,14 @@ func (i *Instance) Destroy(ctx context.Context) error {
 	if i.destroyDone {
 		return nil
 	}
-	if err := i.r.killSandbox(ctx, i.id, i.cg, i.pidfd, i.exited, i.state); err != nil {
+	if err := i.r.killSandbox(ctx, i.id, i.cg, i.agent, i.state); err != nil {
 		return fmt.Errorf("sandbox %s: destroy: %w", i.id, err)
 	}
 	// Nothing of the sandbox runs any more: its uid range is free.
 	i.r.forget(i, true)
-	if i.pidfd >= 0 {
-		unix.Close(i.pidfd)
-		i.pidfd = -1
+	if i.agent != nil {
+		i.agent.close()
+		i.agent = nil
 	}
 	var errs []error
 	// Not found: someone (another runtime value after a restart)
@@ -158,17 +163,18 @@ func (i *Instance) Destroy(ctx context.Context) error {
 }
 
 // killSandbox kills every process of sandbox id and waits until none is
-// left. First the agent, through pidfd (-1 when there is no live agent):
+// left. First the agent, through its pidfd (agent nil when there is no
+// live agent):
 // it is PID 1 of the sandbox's PID namespace, so when it dies the kernel
 // kills every process in the namespace, whatever cgroups say. Then
 // everything in the sandbox's cgroup tree (cg, nil when it has none),
 // which thaws what is frozen and catches any process that would sit in
 // those cgroups outside the namespace. It succeeds only once the agent has
-// exited (and, with exited set, been reaped) and the tree holds no process;
+// exited (and, if it is our child, been reaped) and the tree holds no process;
 // until then, or ctx's end, it repeats both kills every second. On failure
 // the error says only that processes are left (it reaches API callers);
 // what they are doing goes to the log.
-func (r *Runtime) killSandbox(ctx context.Context, id string, cg *cgroups.Sandbox, pidfd int, exited <-chan struct{}, st *state) error {
+func (r *Runtime) killSandbox(ctx context.Context, id string, cg *cgroups.Sandbox, agent *agentProc, st *state) error {
 	if ctx.Err() != nil {
 		// Still kill: a cancelled caller must not leave the sandbox
 		// running. The checks below get a short grace.
@@ -177,8 +183,8 @@ func (r *Runtime) killSandbox(ctx context.Context, id string, cg *cgroups.Sandbo
 		defer cancel()
 	}
 	killAgent := func() {
-		if pidfd >= 0 {
-			_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+		if agent != nil {
+			agent.signal(unix.SIGKILL)
 		}
 	}
 	var killErr error
@@ -198,15 +204,8 @@ func (r *Runtime) killSandbox(ctx context.Context, id string, cg *cgroups.Sandbo
 	var left []int
 	var procsErr error
 	gone := func() bool {
-		if pidfd >= 0 && !pidfdExited(pidfd) {
+		if agent != nil && !agent.hasExited() {
 			return false
-		}
-		if exited != nil {
-			select {
-			case <-exited:
-			default:
-				return false
-			}
 		}
 		if cg == nil {
 			return true
@@ -243,33 +242,6 @@ func (r *Runtime) killSandbox(ctx context.Context, id string, cg *cgroups.Sandbo
 		}
 	}
 	return nil
-}
-
-// pidfdExited reports whether the process of pidfd has exited. A PID
-// namespace's init exits only once every other process of the namespace
-// is gone.
-func pidfdExited(pidfd int) bool {
-	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	n, err := unix.Poll(fds, 0)
-	return err == nil && n > 0
-}
-
-// openAgentPidfd returns a pidfd of the agent recorded in st, or -1 when
-// that process is gone (its pid free or reused).
-func openAgentPidfd(st *state) int {
-	if st == nil || st.Pid <= 0 {
-		return -1
-	}
-	fd, err := unix.PidfdOpen(st.Pid, 0)
-	if err != nil {
-		return -1
-	}
-	// Checked after the open: the pidfd pins the process it names.
-	if start, err := procStartTime(st.Pid); err != nil || start != st.PidStart {
-		unix.Close(fd)
-		return -1
-	}
-	return fd
 }
 
 // describeTree says what a process that would not die and its children

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/runtime"
@@ -126,6 +127,12 @@ func TestConformance(t *testing.T) {
 		},
 		Rootfs:   func(t *testing.T) runtime.Rootfs { return hostRootfsFor(t) },
 		Isolated: true,
+		KillAgent: func(t *testing.T, inst runtime.Instance) {
+			// From the host, as an OOM kill or an operator would.
+			if err := syscall.Kill(inst.(*Instance).Pid(), syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		},
 	})
 }
 

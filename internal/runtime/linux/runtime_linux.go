@@ -15,8 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/airlock-sandbox/airlock/internal/cgroups"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
@@ -446,7 +444,8 @@ func (r *Runtime) Recover(ctx context.Context) ([]runtime.Instance, error) {
 }
 
 // adopt makes the Instance of sandbox id if its recorded agent process
-// is alive. It does not talk to the agent.
+// is alive, watching that process through a pidfd from now on (see
+// agentProc). It does not talk to the agent.
 func (r *Runtime) adopt(id string) (*Instance, error) {
 	dir := filepath.Join(r.cfg.StateDir, id)
 	st, err := readState(dir)
@@ -456,23 +455,23 @@ func (r *Runtime) adopt(id string) (*Instance, error) {
 	if st.Spec.ID != id {
 		return nil, errors.New("state file names another sandbox")
 	}
-	pidfd := openAgentPidfd(st)
-	if pidfd < 0 {
+	agent := openAgentProc(st)
+	if agent == nil {
 		return nil, errors.New("agent process is gone")
 	}
 	cg, err := r.cg.Open(id)
 	if err != nil {
-		unix.Close(pidfd)
+		agent.close()
 		return nil, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if owner, used := r.slots[st.Slot]; used && owner != id {
-		unix.Close(pidfd)
+		agent.close()
 		return nil, fmt.Errorf("uid slot %d already used by %s", st.Slot, owner)
 	}
 	r.slots[st.Slot] = id
-	inst := newInstance(r, dir, st, cg, pidfd, nil)
+	inst := newInstance(r, dir, st, cg, agent)
 	r.live[id] = inst
 	return inst, nil
 }
@@ -495,10 +494,10 @@ func (r *Runtime) purge(ctx context.Context, id string) error {
 	} else if !errors.Is(err, errdefs.ErrNotFound) {
 		errs = append(errs, err)
 	}
-	pidfd := openAgentPidfd(st)
-	err := r.killSandbox(ctx, id, cg, pidfd, nil, st)
-	if pidfd >= 0 {
-		unix.Close(pidfd)
+	agent := openAgentProc(st)
+	err := r.killSandbox(ctx, id, cg, agent, st)
+	if agent != nil {
+		agent.close()
 	}
 	if err != nil {
 		if st != nil {

@@ -92,18 +92,17 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 
 	var cg *cgroups.Sandbox
 	var cmd *exec.Cmd
-	pidfd := -1
-	var exited <-chan struct{}
+	var agent *agentProc
 	defer func() {
 		if retErr == nil {
 			return
 		}
 		cleanupCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if cg != nil || pidfd >= 0 {
-			err := r.killSandbox(cleanupCtx, spec.ID, cg, pidfd, exited, nil)
-			if pidfd >= 0 {
-				unix.Close(pidfd)
+		if cg != nil || agent != nil {
+			err := r.killSandbox(cleanupCtx, spec.ID, cg, agent, nil)
+			if agent != nil {
+				agent.close()
 			}
 			if err != nil {
 				// Fail closed: the slot and the state dir stay.
@@ -239,19 +238,24 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	}
 	// Our child, not yet waited for: its pid cannot have been reused. The
 	// pidfd is how Destroy kills it (and with it the PID namespace)
-	// whatever its cgroups say.
+	// whatever its cgroups say, and how the daemon sees it exit, at once
+	// and without a thread blocked per sandbox (see agentProc), and
+	// reaps it while this daemon runs; after a restart it is no longer
+	// our child and init reaps it.
 	pidfd, perr := unix.PidfdOpen(pid, 0)
-	if perr != nil {
-		pidfd = -1
+	if perr == nil {
+		agent, perr = newAgentProc(pidfd, true)
 	}
-	// Reap the agent if it exits while this daemon runs; after a restart
-	// it is no longer our child and init reaps it.
-	exitedCh := make(chan struct{})
-	exited = exitedCh
-	go func() { _ = cmd.Wait(); close(exitedCh) }()
 	if perr != nil {
+		// Never seen (the host check requires pidfds): kill and reap
+		// it the old way; the deferred cleanup removes the rest.
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
 		return nil, fmt.Errorf("sandbox %s: pidfd of the agent: %w", spec.ID, errdefs.ErrNotSupported)
 	}
+	// The agentProc reaps it: the os.Process's own pidfd (Go keeps one
+	// per started process until Wait) is a descriptor too many.
+	_ = cmd.Process.Release()
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
@@ -306,7 +310,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	if err := writeState(dir, st); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
-	inst := newInstance(r, dir, st, cg, pidfd, exited)
+	inst := newInstance(r, dir, st, cg, agent)
 	r.mu.Lock()
 	r.live[spec.ID] = inst
 	r.mu.Unlock()

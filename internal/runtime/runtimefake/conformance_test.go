@@ -23,5 +23,10 @@ func TestConformance(t *testing.T) {
 		// The fake's restart is the same value (see the package doc).
 		Reopen: func(t *testing.T, prev runtime.Runtime) runtime.Runtime { return prev },
 		Rootfs: func(t *testing.T) runtime.Rootfs { return runtime.Rootfs{Layers: []string{"/nonexistent"}} },
+		KillAgent: func(t *testing.T, inst runtime.Instance) {
+			if err := inst.(*Instance).rt.Crash(inst.ID()); err != nil {
+				t.Fatal(err)
+			}
+		},
 	})
 }

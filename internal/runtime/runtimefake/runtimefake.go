@@ -8,7 +8,7 @@
 // Restarts are simulated on one Runtime value: Recover returns the
 // instances this value still holds whose agent answers, so a new sandbox
 // manager built over the same value adopts them. Crash simulates an agent
-// that stops answering; SetCreateError and SetCreateDelay inject failures
+// that dies, Hang one that stops answering but lives; SetCreateError and SetCreateDelay inject failures
 // and latency. Call Close (e.g. in t.Cleanup) to destroy everything.
 package runtimefake
 
@@ -145,17 +145,38 @@ func (r *Runtime) Live() []string {
 }
 
 // Crash stops the agent of sandbox id without cleaning anything up, as if
-// it had died: Dial fails from then on, Recover discards the instance, and
-// Destroy still cleans up.
+// it had died: Dial fails from then on, Exited is closed, Recover
+// discards the instance, and Destroy still cleans up.
 func (r *Runtime) Crash(id string) error {
+	inst, err := r.instance(id)
+	if err != nil {
+		return err
+	}
+	inst.stopAgent()
+	return nil
+}
+
+// Hang makes the agent of sandbox id stop answering while it stays alive
+// (Exited stays open), as a frozen or starved agent would: Dial fails
+// from then on and open connections drop. Destroy still cleans up.
+func (r *Runtime) Hang(id string) error {
+	inst, err := r.instance(id)
+	if err != nil {
+		return err
+	}
+	inst.halt()
+	return nil
+}
+
+// instance returns the instance called id.
+func (r *Runtime) instance(id string) (*Instance, error) {
 	r.mu.Lock()
 	inst, ok := r.instances[id]
 	r.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
-	inst.stopAgent()
-	return nil
+	return inst, nil
 }
 
 // Close destroys every instance and removes what New created.
@@ -196,7 +217,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Instan
 		r.mu.Unlock()
 		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, errdefs.ErrAlreadyExists)
 	}
-	inst := &Instance{rt: r, spec: cloneSpec(spec), created: time.Now()}
+	inst := &Instance{rt: r, spec: cloneSpec(spec), created: time.Now(), exited: make(chan struct{})}
 	r.instances[spec.ID] = inst // reserve the ID
 	r.mu.Unlock()
 
@@ -340,6 +361,8 @@ type Instance struct {
 	ln        *trackingListener
 	stopped   bool
 	destroyed bool
+	exited    chan struct{} // closed by stopAgent
+	exitOnce  sync.Once
 }
 
 var _ runtime.Instance = (*Instance)(nil)
@@ -363,6 +386,10 @@ func (i *Instance) started() bool {
 	defer i.mu.Unlock()
 	return i.agent != nil
 }
+
+// Exited is closed once the agent has stopped: by Crash, Destroy, or a
+// failed Create.
+func (i *Instance) Exited() <-chan struct{} { return i.exited }
 
 // Dial connects to the agent's socket.
 func (i *Instance) Dial(ctx context.Context) (net.Conn, error) {
@@ -512,9 +539,15 @@ func (i *Instance) dialRaw(ctx context.Context) (net.Conn, error) {
 	return d.DialContext(ctx, "unix", i.sock)
 }
 
-// stopAgent stops serving and closes the agent; processes it started keep
-// running (Destroy kills them first).
+// stopAgent stops serving and closes the agent, which then counts as
+// exited; processes it started keep running (Destroy kills them first).
 func (i *Instance) stopAgent() {
+	i.halt()
+	i.exitOnce.Do(func() { close(i.exited) })
+}
+
+// halt stops serving and closes the agent, without it counting as exited.
+func (i *Instance) halt() {
 	i.mu.Lock()
 	if i.stopped {
 		i.mu.Unlock()

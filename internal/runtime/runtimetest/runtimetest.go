@@ -35,6 +35,10 @@ type Harness struct {
 	// Isolated is true for backends that really isolate: the suite then
 	// also checks identities, namespaces and limits from inside.
 	Isolated bool
+	// KillAgent, if set, kills the agent of inst as a crash would (from
+	// outside, leaving everything else in place); the suite then checks
+	// that Exited reports it at once, for created and adopted instances.
+	KillAgent func(t *testing.T, inst runtime.Instance)
 }
 
 var seq atomic.Int64
@@ -52,6 +56,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Errors", func(t *testing.T) { testErrors(t, h) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, h) })
 	t.Run("Recover", func(t *testing.T) { testRecover(t, h) })
+	if h.KillAgent != nil {
+		t.Run("AgentExit", func(t *testing.T) { testAgentExit(t, h) })
+	}
 	if h.Isolated {
 		t.Run("Isolation", func(t *testing.T) { testIsolation(t, h) })
 		t.Run("Limits", func(t *testing.T) { testLimits(t, h) })
@@ -141,11 +148,21 @@ func testLifecycle(t *testing.T, h Harness) {
 	if _, err := inst.Stats(ctx); err != nil {
 		t.Fatalf("stats: %v", err)
 	}
+	select {
+	case <-inst.Exited():
+		t.Fatal("Exited is closed while the agent runs")
+	default:
+	}
 	if _, err := rt.Create(ctx, spec); !errors.Is(err, errdefs.ErrAlreadyExists) {
 		t.Fatalf("duplicate create: got %v, want already exists", err)
 	}
 	if err := inst.Destroy(ctx); err != nil {
 		t.Fatalf("destroy: %v", err)
+	}
+	select {
+	case <-inst.Exited():
+	case <-time.After(time.Second):
+		t.Fatal("Exited is still open a second after Destroy")
 	}
 	if err := inst.Destroy(ctx); err != nil {
 		t.Fatalf("second destroy: %v", err)
@@ -376,6 +393,52 @@ func testRecover(t *testing.T, h Harness) {
 	if err := inst.Destroy(ctx); err != nil {
 		t.Fatalf("destroy adopted: %v", err)
 	}
+}
+
+// exitNotice is how soon Exited must report a killed agent.
+const exitNotice = time.Second
+
+// testAgentExit kills the agent of a created and of an adopted sandbox
+// and checks that Exited reports each within exitNotice and that Destroy
+// still removes what is left.
+func testAgentExit(t *testing.T, h Harness) {
+	ctx := testCtx(t)
+	rt := h.New(t)
+	created := Create(t, ctx, rt, h.Rootfs(t), runtime.Spec{})
+	kept := Create(t, ctx, rt, h.Rootfs(t), runtime.Spec{})
+	waitExit := func(what string, inst runtime.Instance) {
+		t.Helper()
+		t0 := time.Now()
+		h.KillAgent(t, inst)
+		select {
+		case <-inst.Exited():
+			t.Logf("%s: exit seen after %v", what, time.Since(t0).Round(time.Microsecond))
+		case <-time.After(exitNotice):
+			t.Fatalf("%s: Exited still open %v after the agent was killed", what, exitNotice)
+		}
+		if err := inst.Destroy(ctx); err != nil {
+			t.Fatalf("%s: destroy after the agent died: %v", what, err)
+		}
+	}
+	waitExit("created", created.Instance)
+
+	rt2 := h.Reopen(t, rt)
+	adopted, err := rt2.Recover(ctx)
+	if err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	for _, inst := range adopted {
+		if inst.ID() == kept.ID() {
+			select {
+			case <-inst.Exited():
+				t.Fatal("adopted: Exited is closed while the agent runs")
+			default:
+			}
+			waitExit("adopted", inst)
+			return
+		}
+	}
+	t.Fatalf("sandbox %s not adopted", kept.ID())
 }
 
 func testIsolation(t *testing.T, h Harness) {
