@@ -36,6 +36,23 @@ var (
 	// seen holds every sandbox ID a test's data directory ever held, for
 	// the final leak check.
 	seen sync.Map
+	// containerShape is set by AIRLOCK_E2E_SHAPE=container: every env's
+	// daemons run in a container's cgroup (see container).
+	containerShape bool
+	// keepers holds the pids of the containers' keepers that run.
+	keepers sync.Map
+)
+
+// Environment variables the tests read.
+const (
+	// envBin names a prebuilt airlock binary (an absolute path) to test
+	// instead of building ./cmd/airlock: where there is no go tool, as in
+	// a vmtest guest.
+	envBin = "AIRLOCK_E2E_BIN"
+	// envShape is how the daemons start: "service" (the default: as a
+	// host's service, in the test's own cgroup) or "container" (cgroup v2
+	// only: see container).
+	envShape = "AIRLOCK_E2E_SHAPE"
 )
 
 // Bounds of the harness's waits.
@@ -63,20 +80,36 @@ const cgroupParent = "airlock"
 var cgroupName string
 
 // Environment of the daemon wrapper (the test binary re-executed): the
-// cgroup to bind and the binary to execute then.
+// cgroup to bind (or, in the container shape, wrapCgnsEnv) and the binary
+// to execute then. Every E2E_WRAP_ variable is removed before the exec.
 const (
+	wrapPrefix    = "E2E_WRAP_"
 	wrapCgroupEnv = "E2E_WRAP_CGROUP"
 	wrapBinEnv    = "E2E_WRAP_BIN"
 )
 
-// wrapDaemon runs in a fresh private mount namespace (see env.start):
-// it binds <hierarchy>/name over <hierarchy>/airlock in every cgroup
-// hierarchy and executes the airlock binary with the remaining arguments.
-func wrapDaemon(name string) int {
+// wrapDaemon runs in a fresh private mount namespace (see env.start).
+// As a service, it binds <hierarchy>/name over <hierarchy>/airlock in
+// every cgroup hierarchy; in a container, it takes the container's cgroup
+// namespace and cgroup2 mount (wrapContainer). Then it executes the
+// airlock binary with the remaining arguments.
+func wrapDaemon() int {
 	bin := os.Getenv(wrapBinEnv)
+	if bin == "" {
+		fmt.Fprintln(os.Stderr, "e2e wrapper: no", wrapBinEnv)
+		return 1
+	}
+	if ns := os.Getenv(wrapCgnsEnv); ns != "" {
+		if err := wrapContainer(ns); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e wrapper:", err)
+			return 1
+		}
+		return execDaemon(bin)
+	}
+	name := os.Getenv(wrapCgroupEnv)
 	points, err := cgroupMounts()
-	if err != nil || bin == "" {
-		fmt.Fprintln(os.Stderr, "e2e wrapper:", err, bin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e wrapper:", err)
 		return 1
 	}
 	for _, p := range points {
@@ -92,13 +125,19 @@ func wrapDaemon(name string) int {
 			return 1
 		}
 	}
+	return execDaemon(bin)
+}
+
+// execDaemon executes bin with the wrapper's arguments, without the
+// wrapper's environment variables.
+func execDaemon(bin string) int {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, wrapCgroupEnv+"=") && !strings.HasPrefix(kv, wrapBinEnv+"=") {
+		if !strings.HasPrefix(kv, wrapPrefix) {
 			env = append(env, kv)
 		}
 	}
-	err = syscall.Exec(bin, append([]string{"airlock"}, os.Args[1:]...), env)
+	err := syscall.Exec(bin, append([]string{"airlock"}, os.Args[1:]...), env)
 	fmt.Fprintln(os.Stderr, "e2e wrapper: exec:", err)
 	return 1
 }
@@ -144,12 +183,16 @@ func removeTestCgroups() {
 	points, _ := cgroupMounts()
 	for _, p := range points {
 		_ = os.Remove(filepath.Join(p, cgroupName))
+		_ = os.Remove(filepath.Join(p, containerRoot()))
 	}
 }
 
 func TestMain(m *testing.M) {
-	if name := os.Getenv(wrapCgroupEnv); name != "" {
-		os.Exit(wrapDaemon(name))
+	switch {
+	case os.Getenv(keeperEnv) == "1":
+		os.Exit(keeperMain())
+	case os.Getenv(wrapBinEnv) != "":
+		os.Exit(wrapDaemon())
 	}
 	os.Exit(testMain(m))
 }
@@ -172,13 +215,32 @@ func testMain(m *testing.M) int {
 	defer os.RemoveAll(rootDir)
 	cgroupName = "airlock-e2e-" + strings.TrimPrefix(filepath.Base(rootDir), "airlock-e2e-")
 	defer removeTestCgroups()
-	binPath = filepath.Join(rootDir, "bin", "airlock")
-	t0 := time.Now()
-	if err := buildBinary(binPath); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: build airlock:", err)
+	switch shape := os.Getenv(envShape); shape {
+	case "", "service":
+	case "container":
+		if err := setupContainerRoot(); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: %s=container: %v\n", envShape, err)
+			return 1
+		}
+		containerShape = true
+	default:
+		fmt.Fprintf(os.Stderr, "e2e: %s=%q: want service or container\n", envShape, shape)
 		return 1
 	}
-	fmt.Printf("e2e: built %s in %v\n", filepath.Base(binPath), time.Since(t0).Round(time.Millisecond))
+	if bin := os.Getenv(envBin); bin != "" {
+		if binPath, err = prebuiltBinary(bin); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: %s: %v\n", envBin, err)
+			return 1
+		}
+	} else {
+		binPath = filepath.Join(rootDir, "bin", "airlock")
+		t0 := time.Now()
+		if err := buildBinary(binPath); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: build airlock:", err)
+			return 1
+		}
+		fmt.Printf("e2e: built %s in %v\n", filepath.Base(binPath), time.Since(t0).Round(time.Millisecond))
+	}
 
 	code := m.Run()
 	if leaks := leftovers(); len(leaks) > 0 {
@@ -189,6 +251,46 @@ func testMain(m *testing.M) int {
 		code = 1
 	}
 	return code
+}
+
+// prebuiltBinary checks the binary AIRLOCK_E2E_BIN names and returns its
+// path with symlinks resolved (the leak check compares it with each
+// process's /proc/<pid>/exe).
+func prebuiltBinary(p string) (string, error) {
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("%q is not an absolute path", p)
+	}
+	p, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "", err
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("%s is not an executable file", p)
+	}
+	return p, nil
+}
+
+// setupContainerRoot makes the cgroup under which each env of the
+// container shape gets its own (see container), if missing, and gives it,
+// from the root down, the controllers containers get. It fails on a host
+// with cgroup v1 hierarchies.
+func setupContainerRoot() error {
+	mnt, err := v2Mount()
+	if err != nil {
+		return err
+	}
+	if err := enableControllers(mnt, containerControllers); err != nil {
+		return err
+	}
+	dir := filepath.Join(mnt, containerRoot())
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return enableControllers(dir, containerControllers)
 }
 
 // buildBinary builds ./cmd/airlock of this module into out.
@@ -236,6 +338,12 @@ func leftovers() []string {
 		}
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+	keepers.Range(func(k, _ any) bool {
+		pid := k.(int)
+		out = append(out, fmt.Sprintf("container keeper %d", pid))
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		return true
+	})
 	seen.Range(func(k, _ any) bool {
 		id := k.(string)
 		if dirs := sandboxCgroups(id); len(dirs) > 0 {
@@ -244,15 +352,28 @@ func leftovers() []string {
 		}
 		return true
 	})
+	// Each env removes its container's cgroups: any left is a leak.
+	ctrs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", containerRoot(), "*"))
+	for _, d := range ctrs {
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			out = append(out, "container cgroup "+d)
+			(&container{parent: d}).remove()
+		}
+	}
 	return out
 }
 
 // sandboxCgroups lists the cgroup directories of sandbox id that exist, on
-// cgroup v1 (one hierarchy per controller) or v2.
+// cgroup v1 (one hierarchy per controller) or v2, as a service's or a
+// container's (below <containerRoot>/<env>/ctr, at most 3 levels down).
 func sandboxCgroups(id string) []string {
 	var dirs []string
 	cands, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", cgroupName, id))
 	cands = append(cands, filepath.Join("/sys/fs/cgroup", cgroupName, id))
+	for _, pat := range []string{"*/ctr/" + id, "*/ctr/*/" + id, "*/ctr/*/*/" + id} {
+		m, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", containerRoot(), pat))
+		cands = append(cands, m...)
+	}
 	for _, d := range cands {
 		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
 			dirs = append(dirs, d)
@@ -307,18 +428,45 @@ type env struct {
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
 
+	// container says the daemons run in a container's cgroup: ctr, made
+	// at the first start, whose parent gives it the controllers in give.
+	container bool
+	give      []string
+	ctr       *container
+
 	mu  sync.Mutex
 	ids map[string]bool // every sandbox ID the data dir held
+}
+
+// envOptions are how an env's daemons run, beyond their flags.
+type envOptions struct {
+	// container runs them in a container's cgroup (cgroup v2 only),
+	// whatever AIRLOCK_E2E_SHAPE says.
+	container bool
+	// withhold are controllers the container's parent does not give it
+	// (with container).
+	withhold []string
 }
 
 // newEnv makes a fresh data directory for t and registers its cleanup:
 // every sandbox left is deleted through a daemon (started for that if
 // none runs), the daemon is stopped, and the test fails if a sandbox or
-// its cgroups outlive that.
+// its cgroups outlive that. Its daemons run as AIRLOCK_E2E_SHAPE says.
 func newEnv(t *testing.T, args ...string) *env {
+	t.Helper()
+	return newEnvWith(t, envOptions{container: containerShape}, args...)
+}
+
+// newEnvWith is newEnv with options.
+func newEnvWith(t *testing.T, opts envOptions, args ...string) *env {
 	t.Helper()
 	if skipReason != "" {
 		t.Skip(skipReason)
+	}
+	if opts.container && !containerShape {
+		if _, err := v2Mount(); err != nil {
+			t.Skipf("a daemon in a container's cgroup: %v", err)
+		}
 	}
 	dir, err := os.MkdirTemp(rootDir, "data-"+strings.ReplaceAll(t.Name(), "/", "_")+"-")
 	if err != nil {
@@ -327,7 +475,12 @@ func newEnv(t *testing.T, args ...string) *env {
 	if err := os.Chmod(dir, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, dir: dir, args: args, ids: map[string]bool{}}
+	e := &env{t: t, dir: dir, args: args, ids: map[string]bool{}, container: opts.container}
+	for _, c := range containerControllers {
+		if !slices.Contains(opts.withhold, c) {
+			e.give = append(e.give, c)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stopWatch, e.watchDone = cancel, make(chan struct{})
 	go e.watch(ctx)
@@ -389,6 +542,11 @@ func (e *env) cleanup() {
 		<-e.watchDone
 		if t.Failed() {
 			e.dumpLogs()
+		}
+		if e.ctr != nil {
+			for _, p := range e.ctr.remove() {
+				t.Errorf("cleanup: container: %s", p)
+			}
 		}
 		if err := os.RemoveAll(e.dir); err != nil {
 			t.Errorf("remove data dir: %v", err)
@@ -485,10 +643,30 @@ type daemon struct {
 // start starts a daemon on e's data directory and returns once it
 // serves. e must have no running daemon.
 func (e *env) start() *daemon {
+	e.t.Helper()
+	d, err := e.tryStart()
+	if err != nil {
+		e.dumpLogs()
+		e.t.Fatal(err)
+	}
+	return d
+}
+
+// tryStart is start, returning why a daemon did not serve (it exited
+// first, or did not serve in time and was killed) instead of failing.
+func (e *env) tryStart() (*daemon, error) {
 	t := e.t
 	t.Helper()
 	if e.d != nil {
 		t.Fatal("harness: a daemon is already running on this data dir")
+	}
+	cmd, release, err := e.command(append([]string{"serve", "--data-dir", e.dir, "--listen", "127.0.0.1:0", "--log-level", "debug"}, e.args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if !slices.Contains(cmd.Args, "--pool-size") {
+		cmd.Args = append(cmd.Args, "--pool-size", "0")
 	}
 	e.n++
 	logf, err := os.Create(e.logPath(e.n))
@@ -500,23 +678,8 @@ func (e *env) start() *daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"serve", "--data-dir", e.dir, "--listen", "127.0.0.1:0", "--log-level", "debug"}, e.args...)
-	if !slices.Contains(args, "--pool-size") {
-		args = append(args, "--pool-size", "0")
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The wrapper binds the test cgroup (see cgroupParent) in a private
-	// mount namespace, then executes the daemon in its place (same pid).
-	cmd := exec.Command(self, args...)
-	cmd.Env = append(daemonEnv(), wrapCgroupEnv+"="+cgroupName, wrapBinEnv+"="+binPath)
 	cmd.Stdout = pw
 	cmd.Stderr = logf
-	// The daemon dies with the test binary; its sandboxes do not (they
-	// are in their own sessions), and the final leak check finds them.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Unshareflags: syscall.CLONE_NEWNS}
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
 		pr.Close()
@@ -536,13 +699,17 @@ func (e *env) start() *daemon {
 		d.StartedIn = time.Since(t0)
 		d.URL = "http://" + addr
 	case <-d.done:
-		e.dumpLogs()
-		t.Fatalf("daemon exited before serving: %v; stdout: %q", d.waitErr, d.Stdout())
+		return nil, fmt.Errorf("daemon exited before serving: %v; stdout: %q", d.waitErr, d.Stdout())
 	case <-time.After(startTimeout):
 		_ = cmd.Process.Kill()
 		<-d.done
-		e.dumpLogs()
-		t.Fatalf("daemon did not serve within %v", startTimeout)
+		return nil, fmt.Errorf("daemon did not serve within %v", startTimeout)
+	}
+	if e.container {
+		if err := e.ctr.check(d.Pid()); err != nil {
+			d.Kill()
+			t.Fatalf("harness: the container shape does not hold: %v", err)
+		}
 	}
 	key, err := os.ReadFile(filepath.Join(e.dir, "admin.key"))
 	if err != nil {
@@ -563,7 +730,50 @@ func (e *env) start() *daemon {
 	}
 	e.d = d
 	t.Logf("daemon %d serving at %s after %v", e.n, d.URL, d.StartedIn.Round(time.Millisecond))
-	return d
+	return d, nil
+}
+
+// command returns the command that runs `airlock args...` the way e's
+// daemons run: through the wrapper (the test binary re-executed), which
+// in a private mount namespace binds the test cgroup as the cgroup parent
+// (see cgroupParent) or, in the container shape, takes the container's
+// cgroup namespace, and then executes airlock in its place (same pid).
+// release frees what cmd.Start needs, once it ran.
+func (e *env) command(args ...string) (cmd *exec.Cmd, release func(), err error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd = exec.Command(self, args...)
+	cmd.Env = append(daemonEnv(), wrapBinEnv+"="+binPath)
+	// The daemon dies with the test binary; its sandboxes do not (they
+	// are in their own sessions), and the final leak check finds them.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Unshareflags: syscall.CLONE_NEWNS}
+	if !e.container {
+		cmd.Env = append(cmd.Env, wrapCgroupEnv+"="+cgroupName)
+		return cmd, func() {}, nil
+	}
+	if e.ctr == nil {
+		name := strings.TrimPrefix(filepath.Base(e.dir), "data-")
+		if e.ctr, err = newContainer(name, e.give); err != nil {
+			return nil, nil, fmt.Errorf("container: %w", err)
+		}
+	}
+	release, err = e.ctr.prepare(cmd)
+	if err != nil {
+		return nil, nil, fmt.Errorf("container: %w", err)
+	}
+	return cmd, release, nil
+}
+
+// cgroupParentDir is the host directory of e's daemons' cgroup parent on
+// cgroup v2: the test cgroup bound as the parent, or the container's
+// C/airlock.
+func (e *env) cgroupParentDir() string {
+	if e.container {
+		return e.ctr.sandboxParent()
+	}
+	return filepath.Join("/sys/fs/cgroup", cgroupName)
 }
 
 // daemonEnv is the test's environment without AIRLOCK_* variables (the

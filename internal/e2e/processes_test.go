@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -50,7 +52,10 @@ func TestForkBombRecovery(t *testing.T) {
 	if !waitFor(20*time.Second, cannotStart) {
 		t.Fatal("the bomb never took every pid: commands still start")
 	}
-	// It lasts: without a way to kill it the sandbox stays unusable.
+	// It lasts: without a way to kill it the sandbox stays unusable. Now
+	// and then a command gets a pid that a dying copy of the bomb freed
+	// before bash's retry takes it (3 of 10 on Linux 7.3), so most, not
+	// all, fail.
 	failed := 0
 	for range 10 {
 		time.Sleep(200 * time.Millisecond)
@@ -59,8 +64,8 @@ func TestForkBombRecovery(t *testing.T) {
 		}
 	}
 	t.Logf("%d of 10 commands could not start during the bomb", failed)
-	if failed < 10 {
-		t.Fatal("a command started while the bomb runs: the sandbox recovered on its own")
+	if failed < 6 {
+		t.Fatalf("%d of 10 commands started while the bomb runs: the sandbox recovered on its own", 10-failed)
 	}
 
 	l, err := d.C.ListProcesses(ctx, sb.ID)
@@ -80,6 +85,14 @@ func TestForkBombRecovery(t *testing.T) {
 		t.Fatalf("the list shows %d of the bomb's shells (total %d): %+v", bombs, l.Total, l.Processes)
 	}
 	t.Logf("listed %d processes during the bomb, %d of them the bomb's shells", l.Total, bombs)
+	// Capped at the limit, as the API and the host see it: the commands'
+	// cgroup (work) holds no more tasks than the sandbox's pids limit.
+	if l.Total > 64 {
+		t.Errorf("the bomb has %d processes, past the pids limit of 64", l.Total)
+	}
+	if n := workTasks(sb.ID); n > 64 || n < 32 {
+		t.Errorf("the sandbox's work cgroup holds %d tasks during the bomb, want 32 to the limit of 64", n)
+	}
 
 	t0 := time.Now()
 	n, err := d.C.KillAllProcesses(ctx, sb.ID, 30*time.Second)
@@ -113,4 +126,27 @@ func TestForkBombRecovery(t *testing.T) {
 	if !slices.ContainsFunc(recs, func(r client.AuditRecord) bool { return r.Outcome == "ok" && r.Target == sb.ID }) {
 		t.Errorf("no ok record of the kill-all: %+v", recs)
 	}
+}
+
+// workTasks counts the tasks (threads) in the tree of sandbox id's work
+// cgroup, where its commands run, in the hierarchy that has the most:
+// what its pids limit caps.
+func workTasks(id string) int {
+	most := 0
+	for _, root := range sandboxCgroups(id) {
+		n := 0
+		_ = filepath.WalkDir(filepath.Join(root, "work"), func(p string, de os.DirEntry, err error) error {
+			if err != nil || !de.IsDir() {
+				return nil
+			}
+			b, _ := os.ReadFile(filepath.Join(p, "tasks"))
+			if b == nil {
+				b, _ = os.ReadFile(filepath.Join(p, "cgroup.threads"))
+			}
+			n += len(strings.Fields(string(b)))
+			return nil
+		})
+		most = max(most, n)
+	}
+	return most
 }

@@ -71,7 +71,7 @@ func TestVMCgroups(t *testing.T) {
 // at any depth, the syscall surface, what /proc/self/cgroup shows, leaks,
 // and what the agent's descriptors and mountinfo name. The containment suite's many execs take over a minute under TCG:
 // it runs on the host.
-const vmRuntimeTests = "TestConformance/(Lifecycle|Exec|Limits|Recover)|TestAttackForkBomb|TestAttackMemoryBomb|" +
+const vmRuntimeTests = "TestConformance/(Lifecycle|Exec|Limits|Recover|AgentExit)|TestAttackForkBomb|TestAttackMemoryBomb|TestThreadsAndFDsPerSandbox|" +
 	"TestAttackInfiniteLoopTreeKilled|TestAttackHostVisibility|TestAttackSyscallsBlocked|TestAttackOutputFlood|" +
 	"TestSandboxCgroupCaps|TestUploadBeyondMemoryCap|TestDestroyDeepCgroupTree|TestNoLeaksAfterCycles|" +
 	// Layers that cannot be id-mapped here (tmpfs before 6.3) are bound:
