@@ -182,6 +182,7 @@ const (
 	BuildCached   = "cached"   // a step's layer comes from the cache
 	BuildLog      = "log"      // a line of a step's output
 	BuildProgress = "progress" // bytes of a layer being pulled or stored
+	BuildWarning  = "warning"  // a note before the steps (Text): an Airfile instruction that is ignored
 )
 
 // BuildEvent is one progress report of a build.
@@ -193,7 +194,7 @@ type BuildEvent struct {
 	Step        int    `json:"step"`
 	Steps       int    `json:"steps"`
 	Instruction string `json:"instruction"`
-	// Text is a line of output (log).
+	// Text is a line of output (log) or the warning (warning).
 	Text string `json:"text"`
 	// Layer of Layers, with Done of Total bytes (progress; Total is 0
 	// when unknown).
@@ -401,6 +402,142 @@ func (c *Client) BuildTemplateContext(ctx context.Context, req BuildContextReque
 		return nil, err
 	}
 	return tpl, nil
+}
+
+// ImportTemplateRequest imports a template from a `docker save` archive
+// or an OCI image layout.
+type ImportTemplateRequest struct {
+	// Name is the new template's name.
+	Name string
+	// Path is a `docker save` archive (a tar file, as `docker save -o`
+	// writes it), an OCI layout as a tar (an oci-archive), or an OCI
+	// layout directory (sent as a tar of its files and directories).
+	// Ignored when Archive is set.
+	Path string
+	// Archive, when set, is read and sent as is instead of Path: a tar
+	// stream in one of the formats above (e.g. `docker save` on a pipe).
+	Archive io.Reader
+	// Tag picks the image of an archive that holds several: "repo:tag"
+	// in a docker archive, the reference name of a layout's image.
+	Tag string
+	// Shared imports a template every tenant sees (the operator only);
+	// Replace replaces a stored template of the name; AllowSetuid keeps
+	// set-user-ID and set-group-ID bits (stripped otherwise).
+	Shared, Replace, AllowSetuid bool
+}
+
+// ImportTemplate uploads an image archive or layout and imports it as a
+// template, which is returned once usable. The upload is streamed (never
+// held in memory whole); the server caps its size (8 GiB by default). No
+// registry is contacted, so any key with templates:write may import.
+// onEvent is as for BuildTemplate.
+func (c *Client) ImportTemplate(ctx context.Context, req ImportTemplateRequest, onEvent func(BuildEvent) error) (*TemplateDetail, error) {
+	if err := checkTemplateName(req.Name); err != nil {
+		return nil, err
+	}
+	q := url.Values{}
+	for _, f := range []struct {
+		key string
+		on  bool
+	}{{"shared", req.Shared}, {"replace", req.Replace}, {"allow_setuid", req.AllowSetuid}} {
+		if f.on {
+			q.Set(f.key, "true")
+		}
+	}
+	if req.Tag != "" {
+		q.Set("tag", req.Tag)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	body := req.Archive
+	finish := func() error { return nil }
+	if body == nil {
+		if req.Path == "" {
+			return nil, fmt.Errorf("airlock: an archive path or reader is required: %w", ErrInvalid)
+		}
+		fi, err := os.Stat(req.Path)
+		if err != nil {
+			return nil, fmt.Errorf("airlock: image archive: %w", err)
+		}
+		if fi.IsDir() {
+			if _, err := os.Stat(filepath.Join(req.Path, "oci-layout")); err != nil {
+				return nil, fmt.Errorf("airlock: %s is a directory without an oci-layout file, not an OCI image layout: %w", req.Path, ErrInvalid)
+			}
+			pr, pw := io.Pipe()
+			tarErr := make(chan error, 1)
+			go func() {
+				err := writeLayoutTar(ctx, pw, req.Path)
+				pw.CloseWithError(err)
+				tarErr <- err
+			}()
+			finish = func() error {
+				pr.CloseWithError(errRequestDone)
+				err := <-tarErr
+				tarErr <- err
+				return err
+			}
+			body = pr
+		} else {
+			f, err := os.Open(req.Path)
+			if err != nil {
+				return nil, fmt.Errorf("airlock: image archive: %w", err)
+			}
+			defer f.Close()
+			body = f
+		}
+	}
+	defer finish()
+	path := "/v1/templates/" + url.PathEscape(req.Name) + "/import"
+	resp, err := c.openStream(ctx, path, q, body, http.Header{"Content-Type": {"application/x-tar"}})
+	if err != nil {
+		if terr := finish(); terr != nil && !errors.Is(terr, errRequestDone) && !errors.Is(terr, io.ErrClosedPipe) {
+			return nil, terr
+		}
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var tpl *TemplateDetail
+	if err := readStream(resp.Body, "import stream", maxBuildLine, onBuildLine(&tpl, onEvent)); err != nil {
+		return nil, err
+	}
+	return tpl, nil
+}
+
+// writeLayoutTar writes the OCI layout directory dir to w as a tar of its
+// directories and regular files; anything else (a symbolic link) is an
+// error, as the server refuses it.
+func writeLayoutTar(ctx context.Context, w io.Writer, dir string) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("airlock: image layout: %w", err)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		name := filepath.ToSlash(rel)
+		fi, err := d.Info()
+		if err != nil {
+			return fmt.Errorf("airlock: image layout: %w", err)
+		}
+		hdr := &tar.Header{Name: name, Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime()}
+		switch {
+		case fi.IsDir():
+			hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
+			return tw.WriteHeader(hdr)
+		case fi.Mode().IsRegular():
+			return writeTarFile(tw, hdr, p, fi.Size())
+		}
+		return fmt.Errorf("airlock: image layout: %s is not a file or a directory: %w", name, ErrInvalid)
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
 }
 
 // readAirfile reads the Airfile at path.

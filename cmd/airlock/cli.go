@@ -118,26 +118,32 @@ func fail(err error) (int, error) {
 
 const cliUsage = `usage: airlock [--url URL] COMMAND [ARG...]
 
-  sandbox create [-t TEMPLATE] [--timeout D] [--memory MB] [--cpus N] [--pids N]
-                 [--disk MB] [-e K=V]... [-m K=V]... [--json]
-  sandbox ls [--state S] [-m K=V]... [--json]
+  sandbox create [-t TEMPLATE] [--timeout D] [--idle-timeout D] [--memory MB] [--cpus N]
+                 [--pids N] [--disk MB] [-e K=V]... [-m K=V]... [--json]
+  sandbox ls [--state S] [-m K=V]... [-q | --json]
   sandbox get ID [--json]
-  sandbox rm ID...
+  sandbox rm ID... | --all [-m K=V]... --force
   sandbox extend ID DURATION [--json]
-  exec [-e K=V]... [-w DIR] [-u USER] [--timeout D] [-n] ID -- CMD...
+  prune [-m K=V]...                     remove your failed sandboxes
+  exec [-e K=V]... [-w DIR] [-u USER] [--timeout D] [-n] [--json] ID -- CMD...
   run [-t TEMPLATE] [exec flags] -- CMD...
   cp SRC DST                one side is ID:PATH; - is stdin or stdout
-  shell [-u USER] ID
+  files ls [-d N] [--json] ID [PATH] | mkdir ID PATH... | rm [-r] ID PATH...
+  shell [-u USER] ID [-- CMD...]        a login shell, or CMD on a terminal
   ps [--json] ID                        every process of the sandbox
   kill [-s SIGNAL] ID PID...
   kill --all [--timeout D] [--json] ID  every process but the agent
   code [-l python|javascript|bash] [-c CODE | -f FILE] [--context C] [-e K=V]...
        [--timeout D] [--json] ID      (a REPL when no -c/-f and stdin is a terminal)
+  contexts ls [--json] ID | rm ID CONTEXT... | restart ID CONTEXT | interrupt ID CONTEXT
   template build NAME (--from IMAGE | --debian SUITE [--packages P,..] | -f AIRFILE [DIR])
-                 [--replace] [--allow-setuid] [--no-cache] [--json]
+                 [--replace] [--allow-setuid] [--no-cache] [-v] [--json]
                  [--shared]
+  template import NAME FILE|DIR|- [--tag T] [--replace] [--shared] [--json]
+                            a docker save archive or an OCI layout
   template ls|inspect NAME|rm NAME... [--shared] [--json]
-  audit [--action A] [--target T] [--since T] [--until T] [--limit N] [--json]
+  audit [--action A] [--target T] [--since T] [--until T] [--limit N | --tail N [-f]] [--json]
+                            newest first; --tail N oldest first; -f follows
   audit verify [--checkpoint SEQ:HASH|FILE]... [--public-key PEM] [--offline] [--json]
   audit checkpoint [--public-key]
   keys create --name N --scope S... [--expires D] [--json]
@@ -147,6 +153,7 @@ const cliUsage = `usage: airlock [--url URL] COMMAND [ARG...]
   tenants ls [--json]
   tenants rm ID...
   doctor [--data-dir DIR] [-v] [--json]   check this host (no daemon needed; as root)
+  completion bash|zsh                   print a shell completion script
 
 Environment: AIRLOCK_URL (default http://127.0.0.1:7070), AIRLOCK_API_KEY;
 without a key, <AIRLOCK_DATA_DIR>/admin.key is used if readable
@@ -177,25 +184,7 @@ func (c *cli) main(ctx context.Context, args []string) (int, error) {
 	if len(args) == 0 {
 		return 2, usagef("a command is required (see airlock help)")
 	}
-	verbs := map[string]func(context.Context, []string) (int, error){
-		"sandbox":   c.sandboxCmd,
-		"sandboxes": c.sandboxCmd,
-		"exec":      c.execCmd,
-		"code":      c.codeCmd,
-		"run":       c.runCmd,
-		"cp":        c.cpCmd,
-		"shell":     c.shellCmd,
-		"ps":        c.psCmd,
-		"kill":      c.killCmd,
-		"audit":     c.auditCmd,
-		"keys":      c.keysCmd,
-		"template":  c.templateCmd,
-		"key":       c.keysCmd,
-		"tenants":   c.tenantsCmd,
-		"tenant":    c.tenantsCmd,
-		"doctor":    c.doctorCmd,
-	}
-	verb, ok := verbs[args[0]]
+	verb, ok := c.verbs()[args[0]]
 	if !ok {
 		return 2, usagef("unknown command %q (see airlock help)", args[0])
 	}
@@ -210,6 +199,34 @@ func (c *cli) main(ctx context.Context, args []string) (int, error) {
 		err = &cliError{msg: fmt.Sprintf("no Airlock daemon answers at %s: is `airlock serve` running? (%s=%s)", c.url, envURL, c.url), err: err}
 	}
 	return code, friendly(err)
+}
+
+// verbs are the client verbs by name (aliases included).
+func (c *cli) verbs() map[string]func(context.Context, []string) (int, error) {
+	return map[string]func(context.Context, []string) (int, error){
+		"sandbox":    c.sandboxCmd,
+		"sandboxes":  c.sandboxCmd,
+		"exec":       c.execCmd,
+		"code":       c.codeCmd,
+		"run":        c.runCmd,
+		"cp":         c.cpCmd,
+		"shell":      c.shellCmd,
+		"ps":         c.psCmd,
+		"kill":       c.killCmd,
+		"audit":      c.auditCmd,
+		"keys":       c.keysCmd,
+		"template":   c.templateCmd,
+		"key":        c.keysCmd,
+		"tenants":    c.tenantsCmd,
+		"tenant":     c.tenantsCmd,
+		"doctor":     c.doctorCmd,
+		"prune":      c.pruneCmd,
+		"files":      c.filesCmd,
+		"file":       c.filesCmd,
+		"contexts":   c.contextsCmd,
+		"context":    c.contextsCmd,
+		"completion": c.completionCmd,
+	}
 }
 
 // flags returns a flag set for a verb, with the global --url flag. Help

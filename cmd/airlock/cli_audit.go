@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,8 +21,15 @@ import (
 )
 
 const auditUsage = `usage:
-  airlock audit [--action A] [--target T] [--since T] [--until T] [--after SEQ] [--limit N] [--json]
-      List your tenant's audit records, oldest first. T is an RFC 3339 time
+  airlock audit [--action A] [--target T] [--since T] [--until T] [--limit N | --tail N | --after SEQ]
+                [--oldest-first] [--follow] [--json]
+      List your tenant's audit records, newest first: the latest --limit
+      (default 100; 0: all). --tail N shows the latest N oldest first, as
+      tail does; --follow (-f) then keeps printing new records as they are
+      written (it asks every second) until interrupted, after the latest
+      --tail (default 10); with --json it prints one JSON object per line.
+      --after SEQ pages forward from a record (oldest first), as does
+      --oldest-first from the start. T is an RFC 3339 time
       (2026-01-02T15:04:05Z), a date (2026-01-02) or a duration ago (2h).
   airlock audit checkpoint [--public-key]
       Print the head of the audit chain signed by the daemon (admin), one JSON
@@ -41,6 +49,12 @@ const auditUsage = `usage:
 // maxAuditShown caps what one `airlock audit` prints, whatever --limit.
 const maxAuditShown = 1_000_000
 
+// auditPage is the most records one request asks for (the server's cap).
+const auditPage = 1000
+
+// followEvery is how often audit --follow asks for new records.
+var followEvery = time.Second
+
 func (c *cli) auditCmd(ctx context.Context, args []string) (int, error) {
 	if len(args) > 0 && args[0] == "verify" {
 		return c.auditVerify(ctx, args[1:])
@@ -55,15 +69,30 @@ func (c *cli) auditCmd(ctx context.Context, args []string) (int, error) {
 	fs.StringVar(&q.Target, "target", "", "keep records of this `target` (e.g. a sandbox ID)")
 	fs.StringVar(&since, "since", "", "keep records from this `time` on")
 	fs.StringVar(&until, "until", "", "keep records before this `time`")
-	fs.Uint64Var(&q.After, "after", 0, "keep records after this `seq`")
-	limit := fs.Int("limit", 100, "show at most `N` records (0: all)")
-	asJSON := fs.Bool("json", false, "print JSON")
+	fs.Uint64Var(&q.After, "after", 0, "show records after this `seq`, oldest first")
+	limit := fs.Int("limit", 100, "show at most `N` records, the newest first (0: all)")
+	tail := fs.Int("tail", -1, "show the latest `N` records, oldest first")
+	oldest := fs.Bool("oldest-first", false, "show the oldest records first (from --after, or the start)")
+	follow := fs.Bool("follow", false, "keep printing new records until interrupted")
+	fs.BoolVar(follow, "f", false, "same as --follow")
+	asJSON := fs.Bool("json", false, "print JSON (one object per line with --follow)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return c.parseFailed(err)
 	}
-	if len(pos) != 0 {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case len(pos) != 0:
 		return 2, usagef("unknown audit argument %q; want flags, verify or checkpoint", pos[0])
+	case *limit < 0:
+		return 2, usagef("--limit must not be negative")
+	case set["tail"] && (*tail < 0 || *tail > maxAuditShown):
+		return 2, usagef("--tail must be from 0 to %d", maxAuditShown)
+	case set["tail"] && set["limit"]:
+		return 2, usagef("give --limit (newest first) or --tail (the latest, oldest first), not both")
+	case (set["after"] || *oldest) && (set["tail"] || *follow):
+		return 2, usagef("--after and --oldest-first page from the start; --tail and --follow show the end")
 	}
 	now := time.Now()
 	if q.Since, err = parseTimeArg(since, now); err != nil {
@@ -72,31 +101,35 @@ func (c *cli) auditCmd(ctx context.Context, args []string) (int, error) {
 	if q.Until, err = parseTimeArg(until, now); err != nil {
 		return 2, usagef("--until: %v", err)
 	}
-	if *limit < 0 {
-		return 2, usagef("--limit must not be negative")
+	cl, err := c.client()
+	if err != nil {
+		return 2, err
 	}
 	want := *limit
 	if want == 0 {
 		want = maxAuditShown
 	}
-	cl, err := c.client()
-	if err != nil {
-		return 2, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
-	defer cancel()
+	lctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	var recs []client.AuditRecord
-	for len(recs) < want {
-		q.Limit = min(want-len(recs), 1000)
-		page, next, err := cl.AuditList(ctx, q)
-		if err != nil {
-			return fail(err)
+	switch {
+	case set["after"] || *oldest:
+		recs, _, err = auditFrom(lctx, cl, q, q.After, want)
+	case set["tail"] || *follow:
+		n := *tail
+		if !set["tail"] {
+			n = 10
 		}
-		recs = append(recs, page...)
-		if next == 0 || len(page) == 0 {
-			break
-		}
-		q.After = next
+		recs, err = auditLast(lctx, cl, q, n)
+	default:
+		recs, err = auditLast(lctx, cl, q, want)
+		slices.Reverse(recs)
+	}
+	cancel()
+	if err != nil {
+		return fail(err)
+	}
+	if *follow {
+		return c.auditFollow(ctx, cl, q, recs, *asJSON)
 	}
 	if *asJSON {
 		if recs == nil {
@@ -106,10 +139,163 @@ func (c *cli) auditCmd(ctx context.Context, args []string) (int, error) {
 	}
 	rows := make([][]string, 0, len(recs))
 	for _, r := range recs {
-		rows = append(rows, []string{strconv.FormatUint(r.Seq, 10), formatTime(r.Time), r.Action, dash(r.Target),
-			r.Outcome, dash(r.KeyID), shorten(string(r.Details), 80)})
+		rows = append(rows, auditRow(r))
 	}
-	return fail(c.table([]string{"SEQ", "TIME", "ACTION", "TARGET", "OUTCOME", "KEY", "DETAILS"}, rows))
+	return fail(c.table(auditHeader, rows))
+}
+
+// auditHeader heads the audit table; auditRow is one record's row.
+var auditHeader = []string{"SEQ", "TIME", "ACTION", "TARGET", "OUTCOME", "KEY", "DETAILS"}
+
+func auditRow(r client.AuditRecord) []string {
+	return []string{strconv.FormatUint(r.Seq, 10), formatTime(r.Time), r.Action, dash(r.Target),
+		r.Outcome, dash(r.KeyID), shorten(string(r.Details), 80)}
+}
+
+// auditFrom returns the first n records q selects after seq after,
+// oldest first, and whether more may follow.
+func auditFrom(ctx context.Context, cl *client.Client, q client.AuditQuery, after uint64, n int) ([]client.AuditRecord, bool, error) {
+	var recs []client.AuditRecord
+	q.After = after
+	for len(recs) < n {
+		q.Limit = min(n-len(recs), auditPage)
+		page, next, err := cl.AuditList(ctx, q)
+		if err != nil {
+			return nil, false, err
+		}
+		recs = append(recs, page...)
+		if next == 0 || len(page) == 0 {
+			return recs, false, nil
+		}
+		q.After = next
+	}
+	return recs, true, nil
+}
+
+// auditLast returns the latest n records q selects, oldest first. The
+// API pages forward only, so it searches for the seq after which exactly
+// n records match: at least n match after lo, fewer than n after hi
+// (found by doubling), and halving [lo, hi) ends with hi = lo+1. That
+// takes a few dozen small requests for millions of records instead of
+// reading them all.
+func auditLast(ctx context.Context, cl *client.Client, q client.AuditQuery, n int) ([]client.AuditRecord, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	recs, more, err := auditFrom(ctx, cl, q, 0, n+1)
+	if err != nil || !more && len(recs) <= n {
+		return recs, err
+	}
+	atLeast := func(after uint64) (bool, error) {
+		page, _, err := auditFrom(ctx, cl, q, after, n)
+		return len(page) == n, err
+	}
+	lo, hi := uint64(0), max(recs[len(recs)-1].Seq, 1)
+	for {
+		ok, err := atLeast(hi)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			break
+		}
+		lo = hi
+		if hi >= maxAuditSeq/2 {
+			hi = maxAuditSeq
+			break
+		}
+		hi *= 2
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		ok, err := atLeast(mid)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	recs, _, err = auditFrom(ctx, cl, q, lo, n)
+	return recs, err
+}
+
+// maxAuditSeq is the largest seq the API takes in after.
+const maxAuditSeq = 1 << 62
+
+// auditFollow prints recs, then every followEvery the records written
+// since, until ctx ends (an interrupt: exit 0). Rows have fixed widths,
+// as they arrive in pieces; --json prints one object per line.
+func (c *cli) auditFollow(ctx context.Context, cl *client.Client, q client.AuditQuery, recs []client.AuditRecord, asJSON bool) (int, error) {
+	enc := json.NewEncoder(c.stdout)
+	print := func(rs []client.AuditRecord) error {
+		for _, r := range rs {
+			var err error
+			if asJSON {
+				err = enc.Encode(r)
+			} else {
+				row := auditRow(r)
+				_, err = fmt.Fprintf(c.stdout, "%-7s %-19s %-18s %-20s %-9s %-13s %s\n", row[0], row[1], row[2], row[3], row[4], row[5], row[6])
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if !asJSON {
+		h := auditHeader
+		fmt.Fprintf(c.stdout, "%-7s %-19s %-18s %-20s %-9s %-13s %s\n", h[0], h[1], h[2], h[3], h[4], h[5], h[6])
+	}
+	if err := print(recs); err != nil {
+		return fail(err)
+	}
+	var last uint64
+	if len(recs) > 0 {
+		last = recs[len(recs)-1].Seq
+	} else {
+		// Nothing matched yet: start from the head, not the beginning.
+		all, err := auditLast(ctx, cl, client.AuditQuery{}, 1)
+		if err != nil {
+			return fail(err)
+		}
+		if len(all) > 0 {
+			last = all[0].Seq
+		}
+	}
+	t := time.NewTicker(followEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, nil
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, controlTimeout)
+		for {
+			page, more, err := auditFrom(pctx, cl, q, last, auditPage)
+			if err != nil {
+				cancel()
+				if ctx.Err() != nil {
+					return 0, nil
+				}
+				return fail(err)
+			}
+			if err := print(page); err != nil {
+				cancel()
+				return fail(err)
+			}
+			if len(page) > 0 {
+				last = page[len(page)-1].Seq
+			}
+			if !more {
+				break
+			}
+		}
+		cancel()
+	}
 }
 
 // parseTimeArg reads an RFC 3339 time, a date (local midnight) or a

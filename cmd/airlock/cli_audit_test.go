@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
@@ -122,5 +126,83 @@ func TestCLIAuditCheckpoint(t *testing.T) {
 	}
 	if r := e.run("", "audit", "checkpoint", "extra"); r.code != 2 {
 		t.Errorf("audit checkpoint extra: code %d", r.code)
+	}
+}
+
+// TestAuditLast: the search for the latest records gives exactly what
+// reading every record gives, with and without a filter, for counts
+// around every boundary.
+func TestAuditLast(t *testing.T) {
+	e := newCLIEnv(t)
+	id := e.create()
+	for range 20 {
+		e.ok("", "exec", id, "--", "true")
+	}
+	cl, err := (&cli{getenv: func(k string) string { return e.env[k] }, hc: e.srv.Client(), url: e.srv.URL}).client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, q := range []client.AuditQuery{{}, {Action: "sandbox.exec"}, {Action: "nothing.such"}} {
+		all, _, err := auditFrom(ctx, cl, q, 0, maxAuditShown)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []int{1, 2, 5, 17, len(all) - 1, len(all), len(all) + 1, 100} {
+			if n < 1 {
+				continue
+			}
+			got, err := auditLast(ctx, cl, q, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := all[max(len(all)-n, 0):]
+			if len(got) != len(want) || (len(got) > 0 && (got[0].Seq != want[0].Seq || got[len(got)-1].Seq != want[len(want)-1].Seq)) {
+				t.Errorf("%+v: auditLast(%d) = %d records, want %d (of %d)", q, n, len(got), len(want), len(all))
+			}
+		}
+	}
+}
+
+// TestAuditFollow: --follow prints the latest records, then the new ones
+// as they are written, and ends with 0 when interrupted.
+func TestAuditFollow(t *testing.T) {
+	defer func(d time.Duration) { followEvery = d }(followEvery)
+	followEvery = 20 * time.Millisecond
+	e := newCLIEnv(t)
+	id := e.create()
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	done := make(chan result, 1)
+	go func() {
+		c := &cli{stdout: out, stderr: io.Discard, getenv: func(k string) string { return e.env[k] }, hc: e.srv.Client()}
+		code, err := c.main(ctx, []string{"audit", "--follow", "--tail", "1", "--json"})
+		done <- result{code: code, err: err}
+	}()
+	waitFor := func(what string, cond func(string) bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond(out.String()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s in:\n%s", what, out.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitFor("first record", func(s string) bool { return strings.Count(s, "\n") == 1 })
+	e.ok("", "exec", id, "--", "true")
+	waitFor("the exec's records", func(s string) bool { return strings.Count(s, `"action":"sandbox.exec"`) == 2 })
+	cancel()
+	select {
+	case r := <-done:
+		if r.code != 0 || r.err != nil {
+			t.Errorf("follow ended with %d %v", r.code, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("follow did not end when interrupted")
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], `"action":"sandbox.create"`) {
+		t.Errorf("follow printed:\n%s", out.String())
 	}
 }

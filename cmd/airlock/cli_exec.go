@@ -2,21 +2,28 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/client"
 )
 
-const execUsage = `usage: airlock exec [-e K=V]... [-w DIR] [-u USER] [--timeout D] [-n] ID -- CMD [ARG...]
+const execUsage = `usage: airlock exec [-e K=V]... [-w DIR] [-u USER] [--timeout D] [-n] [--json] ID -- CMD [ARG...]
 
 Runs CMD in sandbox ID, streaming its output as it comes. Standard input,
 when it is not a terminal, is read to its end first (at most 512 KiB, the
-API's limit) and given to the command; -n gives it none.
+API's limit) and given to the command; -n gives it none. --json prints,
+once the command has ended, one JSON object: status, exit_code, signal,
+stdout and stderr (or stdout_b64 and stderr_b64 when not UTF-8; at most
+1 MiB each, *_truncated saying so), duration_ms, cpu_time_ms,
+peak_memory_bytes and error. For an interactive command use airlock shell
+ID -- CMD.
 
 Exit status: the command's own; 128+N when a signal N killed it; 124 when
 it timed out; 125 when it could not run (the reason is printed); 130 when
@@ -24,11 +31,12 @@ interrupted.
 `
 
 const runUsage = `usage: airlock run [-t TEMPLATE] [--memory MB] [--cpus N] [--pids N] [--disk MB] [-m K=V]...
-                  [-e K=V]... [-w DIR] [-u USER] [--timeout D] [-n] [--] CMD [ARG...]
+                  [-e K=V]... [-w DIR] [-u USER] [--timeout D] [-n] [--json] [--] CMD [ARG...]
 
 Creates a sandbox, runs CMD in it like airlock exec, and destroys the
 sandbox, also when the command fails or is interrupted. The exit status
-is that of airlock exec.
+is that of airlock exec; --json prints exec's JSON object with the
+sandbox_id.
 `
 
 // Exit codes of exec and run.
@@ -53,6 +61,9 @@ type execFlags struct {
 	user    string
 	timeout durationFlag
 	noStdin bool
+	asJSON  bool
+	// sandboxID is set by run, for its JSON output.
+	sandboxID string
 }
 
 func (f *execFlags) register(fs *flag.FlagSet) {
@@ -66,6 +77,7 @@ func (f *execFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.timeout, "timeout", "kill the command after this long (e.g. 30s; the server's default, 60s, if unset)")
 	fs.BoolVar(&f.noStdin, "n", false, "give the command no standard input")
 	fs.BoolVar(&f.noStdin, "no-stdin", false, "same as -n")
+	fs.BoolVar(&f.asJSON, "json", false, "print how the command ended and its output as one JSON object")
 }
 
 func (c *cli) execCmd(ctx context.Context, args []string) (int, error) {
@@ -140,6 +152,7 @@ func (c *cli) runCmd(ctx context.Context, args []string) (int, error) {
 		}
 		return exitCannotRun, friendly(err)
 	}
+	ef.sandboxID = sb.ID
 	code, err := c.exec(ctx, cl, sb.ID, &ef, cmd, stdin)
 	// Destroy the sandbox whatever happened, even after an interrupt.
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -170,6 +183,20 @@ func (c *cli) exec(ctx context.Context, cl *client.Client, id string, ef *execFl
 	}
 	ectx, cancel := context.WithTimeout(ctx, bound+time.Minute)
 	defer cancel()
+	if ef.asJSON {
+		res, err := cl.Exec(ectx, id, req)
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return exitInterrupted, &cliError{msg: "interrupted; the command was killed", err: ctx.Err()}
+		default:
+			return exitCannotRun, friendly(err)
+		}
+		if err := c.printJSON(toExecJSON(res, ef.sandboxID)); err != nil {
+			return exitCannotRun, friendly(err)
+		}
+		return exitStatus(res, cmd[0])
+	}
 	var writeErr error
 	res, err := cl.ExecStream(ectx, id, req, func(s client.Stream, b []byte) error {
 		w := c.stdout
@@ -239,4 +266,40 @@ func (c *cli) readStdin(skip bool) ([]byte, error) {
 			"copy it in with airlock cp and redirect it inside the sandbox, or pass -n", maxStdinBytes>>10)}
 	}
 	return b, nil
+}
+
+// execJSON is exec's --json output: the API's exec result.
+type execJSON struct {
+	SandboxID       string `json:"sandbox_id,omitempty"`
+	Status          string `json:"status"`
+	ExitCode        int    `json:"exit_code"`
+	Signal          int    `json:"signal,omitempty"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutB64       string `json:"stdout_b64,omitempty"`
+	StderrB64       string `json:"stderr_b64,omitempty"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+	DurationMS      int64  `json:"duration_ms"`
+	CPUTimeMS       int64  `json:"cpu_time_ms"`
+	PeakMemoryBytes uint64 `json:"peak_memory_bytes"`
+	Error           string `json:"error,omitempty"`
+}
+
+// toExecJSON is res as exec --json prints it: output that is not UTF-8
+// is base64 in *_b64 (as in the API), the text field then empty.
+func toExecJSON(res *client.ExecResult, sandboxID string) execJSON {
+	out := execJSON{SandboxID: sandboxID, Status: res.Status, ExitCode: res.ExitCode, Signal: res.Signal,
+		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
+		DurationMS: res.Duration.Milliseconds(), CPUTimeMS: res.CPUTime.Milliseconds(), PeakMemoryBytes: res.PeakMemoryBytes, Error: res.Error}
+	text := func(b []byte, txt, b64 *string) {
+		if utf8.Valid(b) {
+			*txt = string(b)
+		} else {
+			*b64 = base64.StdEncoding.EncodeToString(b)
+		}
+	}
+	text(res.Stdout, &out.Stdout, &out.StdoutB64)
+	text(res.Stderr, &out.Stderr, &out.StderrB64)
+	return out
 }

@@ -7,21 +7,44 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/api"
+	"github.com/airlock-sandbox/airlock/internal/auth"
 )
 
-const keysUsage = `usage:
+// keysUsage is the help of keys; its scope list is scopeHelp's, in the
+// order of api.CheckedScopes.
+var keysUsage = `usage:
   airlock keys create --name N --scope S... [--expires D] [--json]
       Create an API key in your tenant (admin) and print it: it is shown
-      only once. Scopes: sandboxes:read, sandboxes:write, exec, files,
-      audit:read, templates:read, templates:write, admin (all of these),
-      operator (everything, and what crosses tenants: tenants, shared
-      templates, registry pulls; only an operator key grants it);
-      tools:call and approvals are reserved for the tool gateway and grant
-      nothing yet. A key cannot grant a scope it lacks. --expires takes a
-      duration (e.g. 720h).
-  airlock keys ls [--json]
+      only once. A key cannot grant a scope it lacks (only an operator key
+      grants operator). --expires takes a duration (e.g. 720h). The scopes:
+` + scopeList() + `  airlock keys ls [--json]
   airlock keys revoke ID...
 `
+
+// scopeHelp says what each scope a route checks allows. A test keeps its
+// keys equal to api.CheckedScopes(), which is derived from the route
+// table, so the help lists exactly the scopes that grant something.
+var scopeHelp = map[auth.Scope]string{
+	auth.ScopeSandboxesRead:  "list and inspect sandboxes",
+	auth.ScopeSandboxesWrite: "create, delete and extend sandboxes",
+	auth.ScopeExec:           "run commands, code, terminals and process control in sandboxes",
+	auth.ScopeFiles:          "read, write, list and delete files in sandboxes",
+	auth.ScopeAuditRead:      "read your tenant's audit records",
+	auth.ScopeTemplatesRead:  "list and inspect templates",
+	auth.ScopeTemplatesWrite: "build, import and remove your tenant's templates",
+	auth.ScopeAdmin:          "all of the above, API keys, the host report and audit verification",
+	auth.ScopeOperator:       "admin, and across tenants: tenants, shared templates, registry pulls",
+}
+
+// scopeList is the help's list of scopes, one per line.
+func scopeList() string {
+	var b strings.Builder
+	for _, s := range api.CheckedScopes() {
+		fmt.Fprintf(&b, "        %-16s %s\n", s, scopeHelp[s])
+	}
+	return b.String()
+}
 
 // keyJSON is the --json form of a key (the API's wire format).
 type keyJSON struct {

@@ -12,13 +12,18 @@ import (
 )
 
 const sandboxUsage = `usage:
-  airlock sandbox create [-t TEMPLATE] [--timeout D] [--memory MB] [--cpus N] [--pids N]
-                         [--disk MB] [-e K=V]... [-m K=V]... [--json]
+  airlock sandbox create [-t TEMPLATE] [--timeout D] [--idle-timeout D] [--memory MB] [--cpus N]
+                         [--pids N] [--disk MB] [-e K=V]... [-m K=V]... [--json]
       Create a sandbox and print its ID (or the sandbox as JSON).
-  airlock sandbox ls [--state S]... [-m K=V]... [--json]
-      List your sandboxes (stopped ones stay listed for a short while).
+      --idle-timeout ends it after that long without a request.
+  airlock sandbox ls [--state S]... [-m K=V]... [-q | --json]
+      List your sandboxes (stopped ones stay listed for a short while);
+      -q prints their IDs only.
   airlock sandbox get ID [--json]
   airlock sandbox rm ID...
+  airlock sandbox rm --all [-m K=V]... --force
+      Remove every live sandbox of your tenant (with -m, those with that
+      metadata). Without --force (-f, -y) it lists them and removes nothing.
   airlock sandbox extend ID DURATION [--json]
       Make the sandbox expire DURATION (e.g. 30m) from now.
 `
@@ -114,8 +119,9 @@ func (f *limitFlags) limits() (*client.Limits, error) {
 
 // createFlags are the flags that shape a new sandbox (create and run).
 type createFlags struct {
-	template string
-	timeout  durationFlag
+	template    string
+	timeout     durationFlag
+	idleTimeout durationFlag
 	limitFlags
 	env  kvFlag
 	meta kvFlag
@@ -131,6 +137,7 @@ func (f *createFlags) register(fs *flag.FlagSet, withEnv bool) {
 	fs.Var(f.meta, "metadata", "same as -m")
 	if withEnv {
 		fs.Var(&f.timeout, "timeout", "how long the sandbox lives (e.g. 10m; the server's default if unset)")
+		fs.Var(&f.idleTimeout, "idle-timeout", "end the sandbox after this long without a request (e.g. 5m; never if unset)")
 		fs.Var(f.env, "e", "environment `K=V` for every command (repeatable)")
 		fs.Var(f.env, "env", "same as -e")
 	}
@@ -143,11 +150,12 @@ func (f *createFlags) request() (client.CreateSandboxRequest, error) {
 		return client.CreateSandboxRequest{}, err
 	}
 	return client.CreateSandboxRequest{
-		Template: f.template,
-		Timeout:  time.Duration(f.timeout),
-		Limits:   limits,
-		Env:      f.env.orNil(),
-		Metadata: f.meta.orNil(),
+		Template:    f.template,
+		Timeout:     time.Duration(f.timeout),
+		IdleTimeout: time.Duration(f.idleTimeout),
+		Limits:      limits,
+		Env:         f.env.orNil(),
+		Metadata:    f.meta.orNil(),
 	}, nil
 }
 
@@ -192,12 +200,17 @@ func (c *cli) sandboxList(ctx context.Context, args []string) (int, error) {
 	fs.Var(meta, "m", "keep sandboxes with metadata `K=V` (repeatable)")
 	fs.Var(meta, "metadata", "same as -m")
 	asJSON := fs.Bool("json", false, "print JSON")
+	quiet := fs.Bool("q", false, "print the IDs only, one per line")
+	fs.BoolVar(quiet, "quiet", false, "same as -q")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return c.parseFailed(err)
 	}
 	if len(pos) != 0 {
 		return 2, usagef("sandbox ls takes no arguments, got %q", pos[0])
+	}
+	if *quiet && *asJSON {
+		return 2, usagef("give -q or --json, not both")
 	}
 	cl, err := c.client()
 	if err != nil {
@@ -219,6 +232,14 @@ func (c *cli) sandboxList(ctx context.Context, args []string) (int, error) {
 			out = append(out, toSandboxJSON(&sbs[i]))
 		}
 		return fail(c.printJSON(out))
+	}
+	if *quiet {
+		for _, sb := range sbs {
+			if _, err := fmt.Fprintln(c.stdout, sb.ID); err != nil {
+				return fail(err)
+			}
+		}
+		return 0, nil
 	}
 	rows := make([][]string, 0, len(sbs))
 	for _, sb := range sbs {
@@ -326,16 +347,31 @@ func (c *cli) describe(sb *client.Sandbox) error {
 
 func (c *cli) sandboxRemove(ctx context.Context, args []string) (int, error) {
 	fs := c.flags("sandbox rm", sandboxUsage)
+	all := fs.Bool("all", false, "remove every live sandbox of your tenant (needs --force)")
+	force := fs.Bool("force", false, "with --all: remove them (without it they are only listed)")
+	fs.BoolVar(force, "f", false, "same as --force")
+	fs.BoolVar(force, "y", false, "same as --force")
+	meta := kvFlag{}
+	fs.Var(meta, "m", "with --all: only sandboxes with metadata `K=V` (repeatable)")
+	fs.Var(meta, "metadata", "same as -m")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return c.parseFailed(err)
 	}
-	if len(pos) == 0 {
-		return 2, usagef("usage: airlock sandbox rm ID...")
+	switch {
+	case *all && len(pos) > 0:
+		return 2, usagef("give IDs or --all, not both")
+	case !*all && len(meta) > 0:
+		return 2, usagef("-m goes with --all")
+	case len(pos) == 0 && !*all:
+		return 2, usagef("usage: airlock sandbox rm ID... | --all --force")
 	}
 	cl, err := c.client()
 	if err != nil {
 		return 2, err
+	}
+	if *all {
+		return c.removeAll(ctx, cl, meta.orNil(), *force)
 	}
 	return c.forEachID(ctx, pos, "sandboxes were not removed", cl.DeleteSandbox)
 }

@@ -5,14 +5,17 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/client"
 )
 
-const shellUsage = `usage: airlock shell [-u USER] ID
+const shellUsage = `usage: airlock shell [-u USER] ID [-- CMD [ARG...]]
 
-Opens an interactive login shell in sandbox ID. When standard input is a
+Opens an interactive login shell in sandbox ID, or runs CMD on a terminal
+(airlock shell ID -- python3 starts an interactive Python; airlock exec is
+for commands that need no terminal). When standard input is a
 terminal it is put in raw mode (restored on exit) and window size changes
 are passed on. Otherwise the input is sent as typed text, then Ctrl-D
 (end of file) until the session ends. The exit status is the shell's,
@@ -28,16 +31,17 @@ func (c *cli) shellCmd(ctx context.Context, args []string) (int, error) {
 	if err != nil {
 		return c.parseFailed(err)
 	}
-	if len(pos) != 1 {
-		return 2, usagef("usage: airlock shell [-u USER] ID")
+	if len(pos) == 0 {
+		return 2, usagef("usage: airlock shell [-u USER] ID [-- CMD [ARG...]]")
 	}
+	command := shellJoin(pos[1:])
 	cl, err := c.client()
 	if err != nil {
 		return 2, err
 	}
 	inFile, _ := c.stdin.(*os.File)
 	inTTY := inFile != nil && isTerminal(inFile)
-	opts := client.PTYOptions{User: user}
+	opts := client.PTYOptions{User: user, Command: command}
 	if inTTY {
 		if cols, rows, err := termSize(inFile); err == nil && cols > 0 && rows > 0 {
 			opts.Cols, opts.Rows = cols, rows
@@ -134,4 +138,23 @@ func (c *cli) shellInput(p *client.PTY, inTTY bool, done <-chan struct{}) {
 		case <-t.C:
 		}
 	}
+}
+
+// shellJoin joins args into a shell command line that runs them as they
+// are (each quoted where needed); "" for none.
+func shellJoin(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = shellQuote(a)
+	}
+	return strings.Join(out, " ")
+}
+
+// shellQuote quotes s for /bin/sh unless it is made of characters that
+// need no quoting.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./_-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

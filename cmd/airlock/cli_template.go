@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 	"unicode"
@@ -20,7 +21,7 @@ const templateUsage = `usage:
   airlock template build NAME (--from IMAGE | --debian SUITE [--packages P,...] | -f AIRFILE [CONTEXT_DIR])
                          [--shared] [--replace] [--allow-setuid] [--no-cache]
                          [--memory MB] [--cpus N] [--pids N] [--disk MB]
-                         [--username U [--password P]] [--insecure] [--json]
+                         [--username U [--password P]] [--insecure] [-v] [--json]
       Build or import a template of your tenant (needs templates:write),
       which only your tenant sees; --shared builds one every tenant sees
       (the operator's). A name resolves to your tenant's template, then
@@ -35,7 +36,19 @@ const templateUsage = `usage:
       unless --allow-setuid (sandboxes mount their root nosuid). --memory,
       --cpus, --pids and --disk set the template's default limits, which
       its sandboxes get unless they ask for others. The registry password
-      can come from AIRLOCK_REGISTRY_PASSWORD.
+      can come from AIRLOCK_REGISTRY_PASSWORD. Progress goes to standard
+      error: a line per step and layer, how many lines of output a step
+      printed, the last lines of a step that failed, and a summary; -v
+      (--verbose) shows every line of output. Dockerfile instructions that
+      mean nothing for a template (EXPOSE, LABEL, MAINTAINER, CMD,
+      ENTRYPOINT, HEALTHCHECK, STOPSIGNAL) are ignored with a warning.
+  airlock template import NAME FILE|DIR|- [--tag T] [--shared] [--replace] [--allow-setuid] [--json]
+      Import a template from a docker save archive (docker save -o app.tar
+      IMAGE; - reads it from standard input: docker save IMAGE | airlock
+      template import app -), an OCI layout directory, or an OCI layout as
+      a tar (oci-archive). --tag picks the image of an archive that holds
+      several (repo:tag, or a layout's reference name). No registry is
+      contacted: any key with templates:write may import.
   airlock template ls [--json]
       List your tenant's templates and the shared ones, and the disk use
       of their layers (the whole store's for the operator).
@@ -52,11 +65,13 @@ const envRegistryPassword = "AIRLOCK_REGISTRY_PASSWORD"
 
 func (c *cli) templateCmd(ctx context.Context, args []string) (int, error) {
 	if len(args) == 0 {
-		return 2, usagef("template needs a subcommand: build, ls, inspect or rm (see airlock template -h)")
+		return 2, usagef("template needs a subcommand: build, import, ls, inspect or rm (see airlock template -h)")
 	}
 	switch args[0] {
 	case "build":
 		return c.templateBuild(ctx, args[1:])
+	case "import", "load":
+		return c.templateImport(ctx, args[1:])
 	case "ls", "list":
 		return c.templateList(ctx, args[1:])
 	case "inspect", "get":
@@ -67,7 +82,7 @@ func (c *cli) templateCmd(ctx context.Context, args []string) (int, error) {
 		fmt.Fprint(c.stdout, templateUsage)
 		return 0, errHelp
 	}
-	return 2, usagef("unknown template subcommand %q; want build, ls, inspect or rm", args[0])
+	return 2, usagef("unknown template subcommand %q; want build, import, ls, inspect or rm", args[0])
 }
 
 // buildPlan is what template build sends: a JSON request, or a build
@@ -194,6 +209,8 @@ func (c *cli) templateBuild(ctx context.Context, args []string) (int, error) {
 	fs.StringVar(&f.password, "password", "", "registry `password` (default: $"+envRegistryPassword+")")
 	fs.BoolVar(&f.insecure, "insecure", false, "allow a plain-HTTP registry")
 	fs.BoolVar(&f.asJSON, "json", false, "print the template as JSON")
+	verbose := fs.Bool("verbose", false, "show every line the steps print (default: a progress line, and the last lines of a failed step)")
+	fs.BoolVar(verbose, "v", false, "same as --verbose")
 	f.limitFlags.register(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -210,7 +227,7 @@ func (c *cli) templateBuild(ctx context.Context, args []string) (int, error) {
 	if err != nil {
 		return 2, err
 	}
-	prog := c.newBuildProgress()
+	prog := c.newBuildProgress(*verbose)
 	onEvent := func(ev client.BuildEvent) error { prog.event(ev); return nil }
 	var tpl *client.TemplateDetail
 	if p.JSON != nil {
@@ -218,15 +235,59 @@ func (c *cli) templateBuild(ctx context.Context, args []string) (int, error) {
 	} else {
 		tpl, err = cl.BuildTemplateContext(ctx, *p.Context, onEvent)
 	}
-	prog.finish()
+	return c.templateDone(prog, tpl, err, f.asJSON)
+}
+
+// templateDone ends a build's or an import's display and prints the
+// template: a summary line on stderr, then the template's name, layers
+// and size (or, with asJSON, the template) on stdout.
+func (c *cli) templateDone(prog *buildProgress, tpl *client.TemplateDetail, err error, asJSON bool) (int, error) {
+	prog.finish(err)
 	if err != nil {
 		return fail(err)
 	}
-	if f.asJSON {
+	fmt.Fprintf(c.stderr, "done: %s; %s from %s\n", prog.summary(), tpl.Name, tpl.Source)
+	if asJSON {
 		return fail(c.printJSON(tpl))
 	}
 	_, err = fmt.Fprintf(c.stdout, "%s\t%d layers\t%s\n", tpl.Name, tpl.Layers, formatBytes(tpl.Size))
 	return fail(err)
+}
+
+func (c *cli) templateImport(ctx context.Context, args []string) (int, error) {
+	fs := c.flags("template import", templateUsage)
+	var req client.ImportTemplateRequest
+	fs.StringVar(&req.Tag, "tag", "", "the `image` to import from an archive that holds several (repo:tag; a layout's reference name)")
+	fs.BoolVar(&req.Shared, "shared", false, "import a template every tenant sees (the operator only)")
+	fs.BoolVar(&req.Replace, "replace", false, "replace a template of the same name")
+	fs.BoolVar(&req.AllowSetuid, "allow-setuid", false, "keep set-user-ID and set-group-ID bits (default: stripped)")
+	asJSON := fs.Bool("json", false, "print the template as JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return c.parseFailed(err)
+	}
+	if len(pos) != 2 {
+		return 2, usagef("usage: airlock template import NAME FILE|DIR|- [--tag T] (see airlock template -h)")
+	}
+	req.Name = pos[0]
+	if pos[1] == "-" {
+		if c.stdin == nil {
+			return 2, usagef("no standard input to read the archive from")
+		}
+		if f, ok := c.stdin.(*os.File); ok && isTerminal(f) {
+			return 2, usagef("standard input is a terminal; pipe an archive in (docker save IMAGE | airlock template import NAME -)")
+		}
+		req.Archive = c.stdin
+	} else {
+		req.Path = pos[1]
+	}
+	cl, err := c.client()
+	if err != nil {
+		return 2, err
+	}
+	prog := c.newBuildProgress(false)
+	tpl, err := cl.ImportTemplate(ctx, req, func(ev client.BuildEvent) error { prog.event(ev); return nil })
+	return c.templateDone(prog, tpl, err, *asJSON)
 }
 
 func (c *cli) templateList(ctx context.Context, args []string) (int, error) {
@@ -258,7 +319,7 @@ func (c *cli) templateList(ctx context.Context, args []string) (int, error) {
 		if !t.Builtin {
 			layers, size, shared = fmt.Sprint(t.Layers), formatBytes(t.Size), formatBytes(t.SharedBytes)
 		}
-		rows = append(rows, []string{t.Name, templateScope(t), shorten(t.Source, 60), layers, size, shared, formatTime(t.Created)})
+		rows = append(rows, []string{t.Name, templateScope(t), shortSource(t.Source), layers, size, shared, formatTime(t.Created)})
 	}
 	if err := c.table([]string{"NAME", "SCOPE", "SOURCE", "LAYERS", "SIZE", "SHARED", "CREATED"}, rows); err != nil {
 		return fail(err)
@@ -267,6 +328,15 @@ func (c *cli) templateList(ctx context.Context, args []string) (int, error) {
 	_, err = fmt.Fprintf(c.stdout, "\nStore: %d layers, %s on disk (%s in layers shared by templates, %s unused)\n",
 		u.Layers, formatBytes(u.Bytes), formatBytes(u.SharedBytes), formatBytes(u.UnusedBytes))
 	return fail(err)
+}
+
+// digestRe matches a sha256 digest.
+var digestRe = regexp.MustCompile(`sha256:([0-9a-f]{12})[0-9a-f]{52}`)
+
+// shortSource is a template's source for a table: digests cut to 12 hex
+// digits, at most 80 characters (inspect shows it whole).
+func shortSource(s string) string {
+	return shorten(digestRe.ReplaceAllString(s, "sha256:$1"), 80)
 }
 
 // templateScope says whose a template is: "shared" or "tenant".
@@ -444,9 +514,11 @@ func formatBytes(n int64) string {
 }
 
 // newBuildProgress returns the progress display of a build on c.stderr:
-// redrawn in place on a terminal, plain lines otherwise.
-func (c *cli) newBuildProgress() *buildProgress {
-	p := &buildProgress{w: c.stderr, width: 80, now: time.Now}
+// redrawn in place on a terminal, plain lines otherwise; verbose shows
+// every line of the steps' output.
+func (c *cli) newBuildProgress(verbose bool) *buildProgress {
+	p := &buildProgress{w: c.stderr, width: 80, now: time.Now, verbose: verbose}
+	p.start = p.now()
 	if f, ok := c.stderr.(*os.File); ok && isTerminal(f) {
 		p.tty = true
 		if cols, _, err := termSize(f); err == nil && cols >= 20 {
@@ -461,19 +533,34 @@ const redrawEvery = 100 * time.Millisecond
 
 // buildProgress shows a build's events. On a terminal it keeps a block of
 // lines at the bottom, redrawn in place: the current step, then one line
-// per layer with a bar of bytes done; log lines scroll above it. In plain
-// mode it prints a line per step, per finished layer and per log line.
+// per layer with a bar of bytes done, then the step's latest line of
+// output. In plain mode it prints a line per step and per finished layer,
+// and how many lines of output a step printed. The output itself (1,500
+// lines of apt for a Debian base) is shown only when verbose, scrolling
+// above the block, or, when the build fails, the failing step's last
+// lines. Warnings (ignored Airfile instructions) are always shown.
 type buildProgress struct {
-	w     io.Writer
-	tty   bool
-	width int
-	now   func() time.Time
+	w       io.Writer
+	tty     bool
+	width   int
+	now     func() time.Time
+	verbose bool
 
 	step   string           // the current step's line
 	layers []*layerProgress // of the current step, by layer number - 1
 	drawn  int              // lines of the block on screen (tty)
 	last   time.Time        // last redraw (tty)
+
+	tail   []string // the current step's last lines of output (not verbose)
+	output int      // lines of output of the current step
+
+	start         time.Time // when the build started
+	steps, cached int       // steps reported, and of them cached
 }
+
+// maxTail is how many lines of a step's output are kept to show when the
+// build fails.
+const maxTail = 20
 
 // layerProgress is the state of one layer of the current step.
 type layerProgress struct {
@@ -484,10 +571,20 @@ type layerProgress struct {
 
 func (p *buildProgress) event(ev client.BuildEvent) {
 	switch ev.Type {
+	case client.BuildWarning:
+		if p.tty {
+			p.clear()
+		}
+		fmt.Fprintln(p.w, "warning: "+printable(ev.Text))
+		if p.tty {
+			p.redraw()
+		}
 	case client.BuildStep, client.BuildCached:
-		p.flushLayers()
+		p.endStep()
+		p.steps++
 		p.step = fmt.Sprintf("step %d/%d: %s", ev.Step, ev.Steps, oneLine(ev.Instruction))
 		if ev.Type == client.BuildCached {
+			p.cached++
 			p.step += " (cached)"
 		}
 		p.layers = nil
@@ -498,6 +595,17 @@ func (p *buildProgress) event(ev client.BuildEvent) {
 			fmt.Fprintln(p.w, p.step)
 		}
 	case client.BuildLog:
+		if !p.verbose {
+			p.output++
+			if len(p.tail) == maxTail {
+				p.tail = p.tail[1:]
+			}
+			p.tail = append(p.tail, printable(ev.Text))
+			if p.tty && p.now().Sub(p.last) >= redrawEvery {
+				p.redraw()
+			}
+			return
+		}
 		if p.tty {
 			p.clear()
 			fmt.Fprintln(p.w, printable(ev.Text))
@@ -533,8 +641,52 @@ func (p *buildProgress) event(ev client.BuildEvent) {
 	}
 }
 
+// endStep closes the current step: its layers not yet reported (plain),
+// and how much output it printed, which is not shown.
+func (p *buildProgress) endStep() {
+	if p.output > 0 && !p.verbose {
+		n := plural(p.output, "line")
+		if p.tty {
+			p.step += " (" + n + " of output)"
+			p.tail = nil
+			p.redraw()
+		} else {
+			p.flushLayers()
+			fmt.Fprintf(p.w, "  (%s of output; --verbose shows them)\n", n)
+		}
+	} else {
+		p.flushLayers()
+	}
+	p.tail, p.output = nil, 0
+}
+
 // finish shows the final state (tty) or the layers not yet reported.
-func (p *buildProgress) finish() { p.flushLayers() }
+// When the build failed (err), the failing step's last lines of output
+// are shown, which hold its error.
+func (p *buildProgress) finish(err error) {
+	tail := p.tail
+	p.endStep()
+	if err != nil && len(tail) > 0 {
+		fmt.Fprintf(p.w, "the last %s of output of the failed step:\n", plural(len(tail), "line"))
+		for _, l := range tail {
+			fmt.Fprintln(p.w, "  "+l)
+		}
+	}
+}
+
+// summary says what the build did, for people: "3 steps (1 cached) in
+// 12.5s".
+func (p *buildProgress) summary() string {
+	return fmt.Sprintf("%s (%d cached) in %s", plural(p.steps, "step"), p.cached, p.now().Sub(p.start).Round(100*time.Millisecond))
+}
+
+// plural is "1 line", "2 lines".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
 
 // flushLayers prints, in plain mode, the layers of the step whose line is
 // still due.
@@ -593,6 +745,9 @@ func (p *buildProgress) redraw() {
 	}
 	for _, l := range p.layers {
 		lines = append(lines, cut(l.bar(p.width), p.width-1))
+	}
+	if len(p.tail) > 0 {
+		lines = append(lines, cut(fmt.Sprintf("  [%d] %s", p.output, p.tail[len(p.tail)-1]), p.width-1))
 	}
 	var b strings.Builder
 	if p.drawn > 0 {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -70,7 +71,7 @@ func (f *fakeTemplateServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		`"layer_list":[{"digest":"sha256:` + strings.Repeat("a", 64) + `","size":1024,"files":3,"shared":true},{"digest":"sha256:` + strings.Repeat("b", 64) + `","size":1024,"files":1,"shared":false}],` +
 		`"config":{"env":["PATH=/usr/bin","LANG=C.UTF-8"],"workdir":"/app","user":"1000","cmd":["python3"],"entrypoint":[],"limits":{"cpus":0.5,"memory_mb":300}}}`
 	switch {
-	case r.Method == "POST" && r.URL.Path == "/v1/templates":
+	case r.Method == "POST" && (r.URL.Path == "/v1/templates" || r.URL.Path == "/v1/templates/py/import"):
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		for _, l := range lines {
 			fmt.Fprintln(w, l)
@@ -142,7 +143,7 @@ func TestTemplateBuildFlags(t *testing.T) {
 		"copy/Airfile":   "FROM template:host\nCOPY app /app\n",
 		"copy/app/x.py":  "print(1)\n",
 		"other/app/y.py": "print(2)\n",
-		"bad/Airfile":    "FROM template:host\nRUN true\nCMD [\"x\"]\n",
+		"bad/Airfile":    "FROM template:host\nRUN true\nARG X=1\n",
 	})
 	regAuth := base64.URLEncoding.EncodeToString([]byte(`{"username":"u","password":"envpw"}`))
 	tests := []struct {
@@ -270,9 +271,15 @@ func TestTemplateBuildProgressPlain(t *testing.T) {
 		t.Fatalf("exit %d: %v", code, err)
 	}
 	want := "step 1/3: FROM registry.test/img:1\n  layer 1/2: 100 B\n" +
-		"  layer 2/2: 2.0 KiB\nstep 2/3: RUN pip install x\nCollecting x\nstep 3/3: ENV A=1 (cached)\n"
-	if stderr != want {
-		t.Errorf("stderr:\n%s\nwant:\n%s", stderr, want)
+		"  layer 2/2: 2.0 KiB\nstep 2/3: RUN pip install x\n  (1 line of output; --verbose shows them)\nstep 3/3: ENV A=1 (cached)\n" +
+		"done: 3 steps (1 cached) in "
+	if !strings.HasPrefix(stderr, want) || !strings.HasSuffix(stderr, "; py from airfile\n") {
+		t.Errorf("stderr:\n%s\nwant:\n%s...", stderr, want)
+	}
+	// --verbose shows the output.
+	_, _, stderr, _ = runCLI(t, srv, nil, "", "template", "build", "py", "--from", "registry.test/img:1", "--verbose")
+	if !strings.Contains(stderr, "step 2/3: RUN pip install x\nCollecting x\nstep 3/3") {
+		t.Errorf("--verbose stderr:\n%s", stderr)
 	}
 	if stdout != "py\t2 layers\t2.0 KiB\n" {
 		t.Errorf("stdout %q", stdout)
@@ -288,7 +295,7 @@ func TestTemplateBuildProgressPlain(t *testing.T) {
 func TestBuildProgressTerminal(t *testing.T) {
 	var out bytes.Buffer
 	now := time.Unix(0, 0)
-	p := &buildProgress{w: &out, tty: true, width: 100, now: func() time.Time { return now }}
+	p := &buildProgress{w: &out, tty: true, width: 100, now: func() time.Time { return now }, verbose: true}
 	p.event(client.BuildEvent{Type: "step", Step: 1, Steps: 2, Instruction: "FROM img"})
 	p.event(client.BuildEvent{Type: "progress", Step: 1, Layer: 1, Layers: 1, Done: 50, Total: 100}) // a new layer: drawn
 	p.event(client.BuildEvent{Type: "progress", Step: 1, Layer: 1, Layers: 1, Done: 60, Total: 100}) // too soon
@@ -297,7 +304,7 @@ func TestBuildProgressTerminal(t *testing.T) {
 	p.event(client.BuildEvent{Type: "log", Text: "evil \x1b[2J escape"})
 	p.event(client.BuildEvent{Type: "progress", Step: 1, Layer: 1, Layers: 1, Done: 100, Total: 100}) // complete: drawn
 	p.event(client.BuildEvent{Type: "step", Step: 2, Steps: 2, Instruction: "RUN a\nb"})
-	p.finish()
+	p.finish(nil)
 	s := out.String()
 	want := "step 1/2: FROM img\n" +
 		"\x1b[1A\r\x1b[Jstep 1/2: FROM img\n  layer 1/1 [" + strings.Repeat("=", 20) + strings.Repeat(" ", 20) + "] 50 B/100 B\n" +
@@ -391,5 +398,131 @@ func TestFormatBytes(t *testing.T) {
 		if got := formatBytes(n); got != want {
 			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// TestTemplateImportCLI: template import sends a file as it is, an OCI
+// layout directory as a tar of its files, standard input as it comes,
+// with the flags in the query; bad invocations send nothing.
+func TestTemplateImportCLI(t *testing.T) {
+	fake := &fakeTemplateServer{lines: []string{
+		`{"type":"step","step":1,"steps":1,"instruction":"IMPORT docker-archive"}`,
+		`{"type":"progress","step":1,"steps":1,"layer":1,"layers":1,"done":100,"total":100}`,
+	}}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"app.tar":                    "not really a tar, sent as is",
+		"layout/oci-layout":          `{"imageLayoutVersion":"1.0.0"}`,
+		"layout/index.json":          `{}`,
+		"layout/blobs/sha256/abcdef": "blob",
+		"notlayout/x":                "x",
+	})
+	code, stdout, stderr, err := runCLI(t, srv, nil, "", "template", "import", "py", filepath.Join(dir, "layout"), "--tag", "v1", "--replace")
+	if code != 0 || err != nil || stdout != "py\t2 layers\t2.0 KiB\n" {
+		t.Fatalf("import a layout: exit %d %v, stdout %q", code, err, stdout)
+	}
+	if !strings.Contains(stderr, "step 1/1: IMPORT docker-archive\n  layer 1/1: 100 B\ndone: 1 step (0 cached) in") {
+		t.Errorf("stderr:\n%s", stderr)
+	}
+	reqs := fake.take()
+	if len(reqs) != 1 || reqs[0].Path != "/v1/templates/py/import" || reqs[0].Query != "replace=true&tag=v1" ||
+		reqs[0].ContentType != "application/x-tar" || reqs[0].Accept != "application/x-ndjson" {
+		t.Fatalf("requests %+v", reqs)
+	}
+	if got := reqs[0].Tar; len(got) != 5 || got["blobs/"] != "dir" || got["oci-layout"] != `644:{"imageLayoutVersion":"1.0.0"}` || got["blobs/sha256/abcdef"] != "644:blob" {
+		t.Errorf("layout tar %v", got)
+	}
+	// A file goes as it is; so does standard input.
+	for _, args := range [][]string{{filepath.Join(dir, "app.tar")}, {"-", "--shared", "--allow-setuid"}} {
+		var body bytes.Buffer
+		srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(&body, r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(nil))
+			fake.ServeHTTP(w, r)
+		})
+		code, _, _, err := runCLI(t, srv, nil, "piped archive", append([]string{"template", "import", "py"}, args...)...)
+		want := "not really a tar, sent as is"
+		if args[0] == "-" {
+			want = "piped archive"
+		}
+		if code != 0 || err != nil || body.String() != want {
+			t.Errorf("import %v: exit %d %v, body %q", args, code, err, body.String())
+		}
+	}
+	if reqs := fake.take(); len(reqs) != 2 || reqs[1].Query != "allow_setuid=true&shared=true" {
+		t.Errorf("requests %+v", reqs)
+	}
+	for _, tt := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"template", "import", "py"}, 2, "usage: airlock template import NAME FILE|DIR|-"},
+		{[]string{"template", "import", "py", filepath.Join(dir, "notlayout")}, 1, "without an oci-layout file"},
+		{[]string{"template", "import", "py", filepath.Join(dir, "missing.tar")}, 1, "no such file"},
+	} {
+		code, _, _, err := runCLI(t, srv, nil, "", tt.args...)
+		if code != tt.code || err == nil || !strings.Contains(err.Error(), tt.msg) {
+			t.Errorf("%v: exit %d, %v; want %d with %q", tt.args, code, err, tt.code, tt.msg)
+		}
+	}
+	if reqs := fake.take(); len(reqs) != 0 {
+		t.Errorf("bad invocations sent %d requests", len(reqs))
+	}
+}
+
+// TestBuildProgressQuiet: without --verbose a step's output is counted,
+// not shown (its latest line is the terminal's progress line), warnings
+// are shown, and a failed step's last lines are printed.
+func TestBuildProgressQuiet(t *testing.T) {
+	var out bytes.Buffer
+	now := time.Unix(0, 0)
+	p := &buildProgress{w: &out, width: 100, now: func() time.Time { return now }, start: now}
+	p.event(client.BuildEvent{Type: "warning", Text: "airfile line 3: EXPOSE is ignored: x"})
+	p.event(client.BuildEvent{Type: "step", Step: 1, Steps: 2, Instruction: "DEBIAN bookworm"})
+	for i := range 30 {
+		p.event(client.BuildEvent{Type: "log", Step: 1, Text: fmt.Sprintf("Unpacking %d", i)})
+	}
+	p.event(client.BuildEvent{Type: "step", Step: 2, Steps: 2, Instruction: "RUN make"})
+	p.event(client.BuildEvent{Type: "log", Step: 2, Text: "cc: error: \x1b[31mno\x1b[0m"})
+	now = now.Add(1500 * time.Millisecond)
+	p.finish(errors.New("RUN exited 1"))
+	want := "warning: airfile line 3: EXPOSE is ignored: x\n" +
+		"step 1/2: DEBIAN bookworm\n  (30 lines of output; --verbose shows them)\n" +
+		"step 2/2: RUN make\n  (1 line of output; --verbose shows them)\n" +
+		"the last 1 line of output of the failed step:\n  cc: error: [31mno[0m\n"
+	if out.String() != want {
+		t.Errorf("plain output\n%q\nwant\n%q", out.String(), want)
+	}
+	if s := p.summary(); s != "2 steps (0 cached) in 1.5s" {
+		t.Errorf("summary %q", s)
+	}
+	// On a terminal the latest line is the block's last line, and the
+	// step keeps its count once it is over.
+	out.Reset()
+	p = &buildProgress{w: &out, tty: true, width: 60, now: func() time.Time { return now }}
+	p.event(client.BuildEvent{Type: "step", Step: 1, Steps: 1, Instruction: "DEBIAN bookworm"})
+	now = now.Add(redrawEvery)
+	p.event(client.BuildEvent{Type: "log", Step: 1, Text: "Setting up libc6"})
+	p.finish(nil)
+	want = "step 1/1: DEBIAN bookworm\n" +
+		"\x1b[1A\r\x1b[Jstep 1/1: DEBIAN bookworm\n  [1] Setting up libc6\n" +
+		"\x1b[2A\r\x1b[Jstep 1/1: DEBIAN bookworm (1 line of output)\n"
+	if out.String() != want {
+		t.Errorf("terminal output\n%q\nwant\n%q", out.String(), want)
+	}
+}
+
+// TestShortSource: template ls shows a source with its digests cut to 12
+// hex digits, within 80 characters.
+func TestShortSource(t *testing.T) {
+	d := "sha256:" + strings.Repeat("ab", 32)
+	if got := shortSource("airfile (2 steps) on image docker.io/library/python:3.12@" + d); got != "airfile (2 steps) on image docker.io/library/python:3.12@sha256:abababababab" {
+		t.Errorf("shortSource = %q", got)
+	}
+	if got := shortSource("debian bookworm: " + strings.Repeat("pkg, ", 40)); len([]rune(got)) > 80 {
+		t.Errorf("shortSource is %d characters", len([]rune(got)))
 	}
 }

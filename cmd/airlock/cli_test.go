@@ -413,15 +413,36 @@ func TestCLIAudit(t *testing.T) {
 		}
 	}
 	recs := decodeJSON[[]map[string]any](t, e.ok("", "audit", "--action", "sandbox.create", "--json").stdout)
-	// Each mutation is an intent and its outcome.
-	if len(recs) != 2 || recs[0]["outcome"] != "intent" || recs[1]["action"] != "sandbox.create" || recs[1]["target"] != id {
+	// Each mutation is an intent and its outcome (newest first).
+	if len(recs) != 2 || recs[1]["outcome"] != "intent" || recs[0]["action"] != "sandbox.create" || recs[0]["target"] != id {
 		t.Errorf("audit --action sandbox.create --json: %+v", recs)
 	}
 	if recs := decodeJSON[[]map[string]any](t, e.ok("", "audit", "--target", id, "--json").stdout); len(recs) != 5 {
 		t.Errorf("audit --target: %d records, want 5", len(recs))
 	}
-	if recs := decodeJSON[[]map[string]any](t, e.ok("", "audit", "--limit", "2", "--json").stdout); len(recs) != 2 {
-		t.Errorf("audit --limit 2: %d records", len(recs))
+	// Newest first by default; --tail is the latest, oldest first;
+	// --oldest-first and --after page from the start.
+	if recs := decodeJSON[[]map[string]any](t, e.ok("", "audit", "--limit", "2", "--json").stdout); len(recs) != 2 ||
+		recs[0]["seq"] != 8.0 || recs[1]["seq"] != 7.0 {
+		t.Errorf("audit --limit 2: %v, want records 8 and 7", recs)
+	}
+	if recs := decodeJSON[[]map[string]any](t, e.ok("", "audit", "--tail", "3", "--json").stdout); len(recs) != 3 ||
+		recs[0]["seq"] != 6.0 || recs[2]["seq"] != 8.0 {
+		t.Errorf("audit --tail 3: %v, want records 6 to 8", recs)
+	}
+	if recs := decodeJSON[[]map[string]any](t, e.ok("", "audit", "--oldest-first", "--limit", "2", "--json").stdout); len(recs) != 2 || recs[0]["seq"] != 1.0 {
+		t.Errorf("audit --oldest-first: %v", recs)
+	}
+	if recs := decodeJSON[[]map[string]any](t, e.ok("", "audit", "--after", "6", "--json").stdout); len(recs) != 2 || recs[0]["seq"] != 7.0 {
+		t.Errorf("audit --after 6: %v", recs)
+	}
+	if tbl := e.ok("", "audit").stdout; strings.Index(tbl, "sandbox.delete") > strings.Index(tbl, "sandbox.create") {
+		t.Errorf("audit is not newest first:\n%s", tbl)
+	}
+	for _, bad := range [][]string{{"--tail", "2", "--limit", "3"}, {"--after", "2", "--follow"}, {"--tail", "-1"}} {
+		if r := e.run("", append([]string{"audit"}, bad...)...); r.code != 2 {
+			t.Errorf("audit %v: %+v, want a usage error", bad, r)
+		}
 	}
 	if recs := decodeJSON[[]map[string]any](t, e.ok("", "audit", "--since", "1h", "--json").stdout); len(recs) != 8 {
 		t.Errorf("audit --since 1h: %d records", len(recs))

@@ -68,21 +68,29 @@ Daemon:
 
 Client (AIRLOCK_URL, AIRLOCK_API_KEY):
   sandbox create|ls|get|rm|extend
+  prune                     remove your failed sandboxes
   exec ID -- CMD...         run a command in a sandbox
   run [-t TEMPLATE] -- CMD...
                             create a sandbox, run a command, destroy it
   cp SRC DST                copy files (sandbox paths are ID:PATH)
-  shell ID                  interactive shell
+  files ls|mkdir|rm         list, make and remove files in a sandbox
+  shell ID [-- CMD...]      interactive shell, or an interactive command
+  ps ID, kill ID PID...     a sandbox's processes
   code [-l LANG] [-c CODE] ID
                             run code in a stateful Python/JavaScript/bash context
                             (a REPL without -c)
-  template build|ls|inspect|rm
-                            templates: from an image, Debian or an Airfile
-  audit [verify]            the audit log
+  contexts ls|rm|restart|interrupt
+                            a sandbox's code contexts
+  template build|import|ls|inspect|rm
+                            templates: from an image, Debian, an Airfile, or
+                            a docker save archive or OCI layout
+  audit [verify]            the audit log (newest first; --tail, --follow)
   keys create|ls|revoke     API keys
+  tenants create|ls|rm      tenants (the operator's)
 
 Other:
   doctor                    check that this host can run Airlock (as root)
+  completion bash|zsh       a shell completion script
   version [--json]          this binary's version
   help [COMMAND]            this text, or a command's own help
   demo -- CMD...            run one command in a fresh sandbox without a daemon

@@ -449,6 +449,7 @@ func (h *Handler) routes() []route {
 		{"POST", "/v1/templates", auth.ScopeTemplatesWrite, ActionTemplateBuild, h.buildTemplate},
 		{"GET", "/v1/templates/{name}", auth.ScopeTemplatesRead, "", h.getTemplate},
 		{"DELETE", "/v1/templates/{name}", auth.ScopeTemplatesWrite, ActionTemplateDelete, h.deleteTemplate},
+		{"POST", "/v1/templates/{name}/import", auth.ScopeTemplatesWrite, ActionTemplateImport, h.importTemplate},
 	}
 }
 

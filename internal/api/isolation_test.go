@@ -68,6 +68,7 @@ var routeRequests = map[string]routeRequest{
 	"POST /v1/templates":                               {body: `{"name":"n","from":"x/y:1"}`},
 	"GET /v1/templates/{name}":                         {},
 	"DELETE /v1/templates/{name}":                      {},
+	"POST /v1/templates/{name}/import":                 {body: "not a tar"},
 }
 
 // send sends route's request for sandbox id with token.

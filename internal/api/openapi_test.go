@@ -89,3 +89,17 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		t.Errorf("documented error codes %v, want %v", codes, want)
 	}
 }
+
+// TestCheckedScopes: the scopes routes check, each once, in a stable
+// order; the reserved ones no route checks are not among them.
+func TestCheckedScopes(t *testing.T) {
+	got := CheckedScopes()
+	want := []string{"sandboxes:read", "sandboxes:write", "exec", "files", "audit:read", "templates:read", "templates:write", "admin", "operator"}
+	var names []string
+	for _, s := range got {
+		names = append(names, string(s))
+	}
+	if !slices.Equal(names, want) {
+		t.Errorf("CheckedScopes() = %v, want %v", names, want)
+	}
+}

@@ -141,9 +141,15 @@ type Templates struct {
 	MaxContextFiles int64
 	// BuildTimeout bounds one build. Default 2 hours.
 	BuildTimeout time.Duration
-	// MaxBuilds caps the builds that run at once; more are refused with
-	// 429 resource_exhausted. Default 2.
+	// MaxBuilds caps the builds (imports included) that run at once;
+	// more are refused with 429 resource_exhausted. Default 2.
 	MaxBuilds int
+	// Importer imports `docker save` archives and OCI layouts uploaded to
+	// POST /v1/templates/{name}/import (into ContextDir); nil means
+	// imports are refused (501 not_supported).
+	Importer TemplateImporter
+	// MaxImportBytes caps an uploaded image archive. Default 8 GiB.
+	MaxImportBytes int64
 }
 
 // Defaults of Templates.
@@ -157,6 +163,7 @@ const (
 // The audit actions of templates.
 const (
 	ActionTemplateBuild  = "template.build"
+	ActionTemplateImport = "template.import"
 	ActionTemplateDelete = "template.delete"
 )
 
@@ -195,6 +202,9 @@ func newTemplateService(cfg *Templates) (*templateService, error) {
 	}
 	if c.MaxBuilds <= 0 {
 		c.MaxBuilds = defaultMaxBuilds
+	}
+	if c.MaxImportBytes <= 0 {
+		c.MaxImportBytes = defaultMaxImportBytes
 	}
 	return &templateService{cfg: c, building: make(map[string]bool)}, nil
 }

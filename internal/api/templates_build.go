@@ -365,7 +365,11 @@ func (h *Handler) buildTemplate(c *call) error {
 			return err
 		}
 		defer release()
-		return h.runBuild(c, ts, req, f, release)
+		shift := 0
+		if in.From != "" || in.Debian != nil {
+			shift = 1
+		}
+		return h.runBuild(c, ts, req, f, shift, release)
 	}
 	return &apiError{status: http.StatusUnsupportedMediaType, code: CodeUnsupportedMediaType,
 		msg: "request body must be application/json or " + tarType}
@@ -434,7 +438,7 @@ func (h *Handler) buildContext(c *call, ts *templateService) error {
 	}
 	req.Airfile, req.ContextDir = text, dir
 	c.ev.Details = map[string]any{"context_entries": st.Entries, "context_bytes": st.Bytes}
-	return h.runBuild(c, ts, req, f, finish)
+	return h.runBuild(c, ts, req, f, 0, finish)
 }
 
 // contextTooLarge is the error of a build context upload over limit bytes.
@@ -446,8 +450,10 @@ func contextTooLarge(limit int64) error {
 // runBuild records the intent, builds, registers the template and
 // answers (streamed or not). release gives the name back and removes the
 // build context; it is called before the answer, so that a client can
-// retry at once and finds everything cleaned up.
-func (h *Handler) runBuild(c *call, ts *templateService, req BuildRequest, f *airfile.File, release func()) error {
+// retry at once and finds everything cleaned up. The instructions the
+// Airfile has that mean nothing here are reported first, as warning
+// lines (shift: the lines the API put before the client's text).
+func (h *Handler) runBuild(c *call, ts *templateService, req BuildRequest, f *airfile.File, shift int, release func()) error {
 	sum := sha256.Sum256(req.Airfile)
 	if c.ev.Details == nil {
 		c.ev.Details = map[string]any{}
@@ -470,22 +476,56 @@ func (h *Handler) runBuild(c *call, ts *templateService, req BuildRequest, f *ai
 	if req.Shared {
 		d["shared"] = true
 	}
+	var warnings []string
+	for _, ig := range f.Ignored {
+		ig.Line -= shift
+		warnings = append(warnings, ig.String())
+	}
+	if len(warnings) > 0 {
+		d["ignored_instructions"] = len(warnings)
+	}
+	job := templateJob{owner: req.Owner, name: req.Name, shared: req.Shared, warnings: warnings, release: release,
+		run: func(ctx context.Context, events func(BuildEvent)) (layers.Manifest, error) {
+			return ts.cfg.Builder.Build(ctx, req, events)
+		}}
+	return h.runTemplateJob(c, ts, job)
+}
+
+// templateJob is a build or an import as runTemplateJob runs it.
+type templateJob struct {
+	owner, name string
+	shared      bool
+	// warnings go out first, as warning lines of a stream.
+	warnings []string
+	// release gives the name back and removes the job's files; it may
+	// be called more than once.
+	release func()
+	// run makes and stores the template; events is nil unless the
+	// answer is a stream.
+	run func(ctx context.Context, events func(BuildEvent)) (layers.Manifest, error)
+}
+
+// runTemplateJob records the intent, runs the job within the build
+// timeout, registers the template and answers: a stream of build lines
+// ending in a done or error line (Accept: application/x-ndjson), else the
+// template (201). release is called before the answer.
+func (h *Handler) runTemplateJob(c *call, ts *templateService, job templateJob) error {
 	if err := c.begin(); err != nil {
 		return err
 	}
-	storeName := template.StoreName(req.Owner, req.Name)
-	location := "/v1/templates/" + req.Name
-	if req.Shared {
+	storeName := template.StoreName(job.owner, job.name)
+	location := "/v1/templates/" + job.name
+	if job.shared {
 		location += "?shared=true"
 	}
 	ctx, cancel := context.WithTimeout(c.r.Context(), ts.cfg.BuildTimeout)
 	defer cancel()
 	if !wantsNDJSON(c.r) {
-		m, err := ts.cfg.Builder.Build(ctx, req, nil)
+		m, err := job.run(ctx, nil)
 		if err == nil {
 			err = ts.register(c.r.Context(), storeName)
 		}
-		release()
+		job.release()
 		if err != nil {
 			return err
 		}
@@ -494,20 +534,23 @@ func (h *Handler) runBuild(c *call, ts *templateService, req BuildRequest, f *ai
 			return err
 		}
 		c.w.Header().Set("Location", location)
-		return c.json(http.StatusCreated, ts.view(req.Owner).detail(m))
+		return c.json(http.StatusCreated, ts.view(job.owner).detail(m))
 	}
 	nw := &ndjsonWriter{c: c, rc: http.NewResponseController(c.w), idle: h.lim.WriteIdleTimeout, onFail: cancel}
 	defer nw.done()
 	if err := nw.start(); err != nil {
 		return err // the client is gone
 	}
+	for _, w := range job.warnings {
+		_ = nw.writeLine(buildLineJSON{Type: "warning", Text: capText(w, maxLogText)})
+	}
 	sink := &buildSink{write: func(l buildLineJSON) { _ = nw.writeLine(l) }, now: time.Now}
-	m, err := ts.cfg.Builder.Build(ctx, req, sink.emit)
+	m, err := job.run(ctx, sink.emit)
 	sink.close()
 	if err == nil {
 		err = ts.register(c.r.Context(), storeName)
 	}
-	release()
+	job.release()
 	if err != nil {
 		if code := nw.endWithError(err); code == CodeInternal || code == CodeUnavailable {
 			h.log.Error("template build failed", "template", storeName, "err", err)
@@ -516,7 +559,7 @@ func (h *Handler) runBuild(c *call, ts *templateService, req BuildRequest, f *ai
 	}
 	addBuildDetails(c, m)
 	c.record("ok")
-	detail := ts.view(req.Owner).detail(m)
+	detail := ts.view(job.owner).detail(m)
 	_ = nw.writeLine(buildLineJSON{Type: "done", Template: &detail})
 	return nil
 }

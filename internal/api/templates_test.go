@@ -516,7 +516,7 @@ func TestTemplateBuildValidation(t *testing.T) {
 		{"bad package", "", `{"name":"a","debian":{"suite":"bookworm","packages":["ok","rm -rf"]}}`, 400, "not a Debian package"},
 		{"copy without context", "", `{"name":"a","from":"x/y:1","airfile":"RUN true\nCOPY a /a"}`, 400, "airfile line 2: COPY needs a build context"},
 		{"second base", "", `{"name":"a","from":"x/y:1","airfile":"ENV A=1\nFROM z/w:2"}`, 400, "airfile line 2: only one FROM"},
-		{"bad step", "", `{"name":"a","airfile":"FROM x/y:1\nCMD [\"x\"]"}`, 400, "airfile line 2"},
+		{"bad step", "", `{"name":"a","airfile":"FROM x/y:1\nVOLUME /data"}`, 400, "airfile line 2: VOLUME"},
 		{"token and password", "", `{"name":"a","from":"x/y:1","registry_auth":{"username":"u","password":"p","token":"t"}}`, 400, "not both"},
 		{"user without password", "", `{"name":"a","from":"x/y:1","registry_auth":{"username":"u"}}`, 400, "both a username and a password"},
 		{"unknown field", "", `{"name":"a","from":"x/y:1","platform":"linux/arm64"}`, 400, "unknown field"},
@@ -836,5 +836,43 @@ func TestBuiltinProvenance(t *testing.T) {
 	}
 	if plain := ts.builtinJSON("plain"); plain.Source != "built-in" || plain.Created != nil {
 		t.Errorf("plain = %+v", plain)
+	}
+}
+
+// TestTemplateBuildWarnings: the Dockerfile instructions an Airfile
+// ignores are reported first, as warning lines naming the client's own
+// line numbers, and counted in the audit record.
+func TestTemplateBuildWarnings(t *testing.T) {
+	ctx := context.Background()
+	e := newTplEnv(t)
+	c := e.client(tkOp)
+	var got []client.BuildEvent
+	onEvent := func(ev client.BuildEvent) error { got = append(got, ev); return nil }
+	// With from, the API puts the FROM line before the client's airfile.
+	if _, err := c.BuildTemplate(ctx, client.BuildTemplateRequest{Name: "w1", From: "template:host2", Airfile: "EXPOSE 80\nRUN true\nLABEL a=b\n"}, onEvent); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"airfile line 1: EXPOSE is ignored: sandboxes have no network ports to publish",
+		"airfile line 3: LABEL is ignored: templates keep no labels"}
+	var warnings []string
+	for _, ev := range got {
+		if ev.Type == client.BuildWarning {
+			warnings = append(warnings, ev.Text)
+		}
+	}
+	if !slices.Equal(warnings, want) || got[0].Type != client.BuildWarning {
+		t.Errorf("warnings %q (first event %+v), want %q first", warnings, got[0], want)
+	}
+	evs := outcomes(e.audit.take())
+	if len(evs) != 1 || evs[0].Details["ignored_instructions"] != 2 {
+		t.Errorf("audit = %+v", evs)
+	}
+	// A whole Airfile keeps its own numbering.
+	got = nil
+	if _, err := c.BuildTemplate(ctx, client.BuildTemplateRequest{Name: "w2", Airfile: "FROM x/y:1\nCMD [\"python3\"]\n"}, onEvent); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 || got[0].Text != "airfile line 2: CMD is ignored: sandboxes start no default command; run it with exec" {
+		t.Errorf("events %+v", got)
 	}
 }

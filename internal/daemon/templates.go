@@ -103,6 +103,7 @@ func templateRoutes(dataDir string, ts *templateStore, rt runtime.Runtime, reg *
 		Registry:   reg,
 		Store:      ts.store,
 		Builder:    builder{b},
+		Importer:   importer{ts.store},
 		ContextDir: contexts,
 		Source:     func(name string) (template.Source, error) { return template.NewStored(ts.store, name) },
 	}, nil
@@ -141,4 +142,34 @@ func (b builder) Build(ctx context.Context, req api.BuildRequest, events func(ap
 		}
 	}
 	return b.b.Build(ctx, breq, f)
+}
+
+// importer adapts oci's archive and layout import to api.TemplateImporter.
+type importer struct{ store *layers.Store }
+
+var _ api.TemplateImporter = importer{}
+
+// Import imports req's archive or layout into the store under the
+// template's store name; set-id bits are stripped unless allowed.
+func (i importer) Import(ctx context.Context, req api.ImportRequest, events func(api.BuildEvent)) (layers.Manifest, error) {
+	opts := oci.Options{Replace: req.Replace, AllowSetuid: req.AllowSetuid, StripSetuid: !req.AllowSetuid}
+	if events != nil {
+		opts.Progress = func(p oci.Progress) {
+			if !p.Skipped {
+				events(api.BuildEvent{Type: "progress", Step: 1, Steps: 1, Layer: p.Layer, Layers: p.Layers, Done: p.Done, Total: p.Total})
+			}
+		}
+	}
+	name := template.StoreName(req.Owner, req.Name)
+	var res oci.Result
+	var err error
+	switch req.Format {
+	case api.ImportDockerArchive:
+		res, err = oci.ImportArchive(ctx, i.store, name, req.Path, req.Tag, opts)
+	case api.ImportOCILayout:
+		res, err = oci.ImportLayout(ctx, i.store, name, req.Path, req.Tag, opts)
+	default:
+		err = fmt.Errorf("image archive format %q: %w", req.Format, errdefs.ErrInvalidArgument)
+	}
+	return res.Manifest, err
 }

@@ -13,11 +13,14 @@
 // (An image on Docker Hub that is itself called "template" must be
 // written in full: docker.io/library/template:TAG.)
 //
-// Parse turns a file into typed Steps, each with its line number, and
-// rejects everything else with an *Error naming the line: other Dockerfile
-// instructions (CMD, ARG, multi-stage builds, RUN --mount, ...), ADD from
-// URLs, sources outside the build context, files, instructions and step
-// lists above the caps.
+// Parse turns a file into typed Steps, each with its line number. The
+// Dockerfile instructions that mean nothing for a template (EXPOSE, LABEL,
+// MAINTAINER, CMD, ENTRYPOINT, HEALTHCHECK, STOPSIGNAL) are accepted and
+// listed in File.Ignored. Everything else is rejected with an *Error
+// naming the line: the Dockerfile instructions that would change what is
+// built (ARG, VOLUME, SHELL, ONBUILD, multi-stage builds, RUN --mount,
+// ...), ADD from URLs, sources outside the build context, files,
+// instructions and step lists above the caps.
 //
 // (*File).CacheKeys gives every step a key that changes when the step or
 // anything before it changes, including the content of the files COPY and
@@ -197,6 +200,28 @@ func jsonList(args []string) string {
 type File struct {
 	// Steps are the instructions in order; Steps[0] is FROM or DEBIAN.
 	Steps []Step
+	// Ignored are the Dockerfile instructions that mean nothing for a
+	// template (EXPOSE, LABEL, MAINTAINER, CMD, ENTRYPOINT, HEALTHCHECK,
+	// STOPSIGNAL), in order: accepted so that a Dockerfile builds
+	// unchanged, never steps (they change no cache key), and reported to
+	// the user.
+	Ignored []Ignored
+}
+
+// Ignored is an instruction Parse accepted without a step.
+type Ignored struct {
+	// Line is where it starts; Instruction is its keyword in upper case
+	// and Text the whole logical line (at most 200 bytes).
+	Line        int
+	Instruction string
+	Text        string
+	// Reason says why it means nothing here.
+	Reason string
+}
+
+// String says, for people, that the instruction was ignored and why.
+func (i Ignored) String() string {
+	return fmt.Sprintf("airfile line %d: %s is ignored: %s", i.Line, i.Instruction, i.Reason)
 }
 
 // Base returns the base of the build (from Steps[0]).

@@ -29,19 +29,27 @@ var (
 	idRe = regexp.MustCompile(`^([0-9]{1,5}|[a-z_][a-z0-9_.-]{0,31})$`)
 )
 
-// unsupported lists Dockerfile instructions an Airfile rejects, with why.
+// unsupported lists Dockerfile instructions an Airfile rejects, with why:
+// each would change what the build produces, so ignoring it would build
+// something other than what the file says.
 var unsupported = map[string]string{
-	"CMD":         "templates have no default command",
-	"ENTRYPOINT":  "templates have no entrypoint",
-	"ARG":         "build arguments are not supported; use ENV",
-	"LABEL":       "labels are not supported",
-	"EXPOSE":      "ports are not supported",
-	"VOLUME":      "volumes are not supported",
-	"HEALTHCHECK": "health checks are not supported",
-	"SHELL":       "the shell is always /bin/sh -c",
-	"ONBUILD":     "ONBUILD is not supported",
-	"STOPSIGNAL":  "STOPSIGNAL is not supported",
-	"MAINTAINER":  "MAINTAINER is not supported",
+	"ARG":     "build arguments are not supported; use ENV",
+	"VOLUME":  "volumes are not supported (later steps' writes to a Docker volume are discarded; here they would be kept); remove the line",
+	"SHELL":   "the shell is always /bin/sh -c",
+	"ONBUILD": "ONBUILD is not supported",
+}
+
+// ignored lists Dockerfile instructions that mean nothing for a template,
+// with why: Parse accepts them without a step and reports them in
+// File.Ignored, so that a Dockerfile builds without edits.
+var ignored = map[string]string{
+	"EXPOSE":      "sandboxes have no network ports to publish",
+	"LABEL":       "templates keep no labels",
+	"MAINTAINER":  "templates keep no labels",
+	"CMD":         "sandboxes start no default command; run it with exec",
+	"ENTRYPOINT":  "sandboxes start no default command; run it with exec",
+	"HEALTHCHECK": "sandboxes have no main process to check",
+	"STOPSIGNAL":  "sandboxes have no main process to signal",
 }
 
 // Parse reads an Airfile from r and returns its steps, or an *Error
@@ -87,9 +95,10 @@ func checkText(line int, l string) error {
 
 // parser holds the state of one Parse.
 type parser struct {
-	lines []string
-	next  int // index of the next unread line
-	steps []Step
+	lines   []string
+	next    int // index of the next unread line
+	steps   []Step
+	ignored []Ignored
 }
 
 func (p *parser) parse() (*File, error) {
@@ -119,6 +128,13 @@ func (p *parser) parse() (*File, error) {
 		if len(p.steps) == MaxSteps {
 			return nil, errorf(lineNo, "more than %d steps", MaxSteps)
 		}
+		if ig, ok := p.ignore(lineNo, logical); ok {
+			if len(p.ignored) == MaxSteps {
+				return nil, errorf(lineNo, "more than %d ignored instructions", MaxSteps)
+			}
+			p.ignored = append(p.ignored, ig)
+			continue
+		}
 		step, err := p.instruction(lineNo, logical)
 		if err != nil {
 			return nil, err
@@ -128,7 +144,31 @@ func (p *parser) parse() (*File, error) {
 	if len(p.steps) == 0 {
 		return nil, errorf(0, "no FROM or DEBIAN instruction")
 	}
-	return &File{Steps: p.steps}, nil
+	return &File{Steps: p.steps, Ignored: p.ignored}, nil
+}
+
+// ignore reports whether the logical line text is an instruction of
+// ignored that comes after the base instruction (before it, the usual
+// "first instruction" error applies).
+func (p *parser) ignore(line int, text string) (Ignored, bool) {
+	word, _ := cutWord(text)
+	kind := strings.ToUpper(word)
+	why, ok := ignored[kind]
+	if !ok || len(p.steps) == 0 {
+		return Ignored{}, false
+	}
+	return Ignored{Line: line, Instruction: kind, Text: clipText(text, 200), Reason: why}, true
+}
+
+// clipText shortens s to at most n bytes, on a rune boundary.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
 }
 
 // directive checks a comment before the first instruction: an escape

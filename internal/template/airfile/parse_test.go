@@ -1,10 +1,13 @@
 package airfile
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
@@ -139,7 +142,9 @@ func TestParseErrors(t *testing.T) {
 		{"debian bad package", "DEBIAN bookworm python3 ?priority(required)\n", 1, "package"},
 		{"debian option package", "DEBIAN bookworm \\\n  --hook-dir=/\n", 1, "package"},
 		{"unknown", "FROM template:host\nFROBNICATE x\n", 2, "unknown instruction"},
-		{"cmd", "FROM template:host\n\nCMD [\"sh\"]\n", 3, "CMD"},
+		{"volume", "FROM template:host\n\nVOLUME /data\n", 3, "VOLUME"},
+		{"shell", "FROM template:host\nSHELL [\"/bin/bash\", \"-c\"]\n", 2, "SHELL"},
+		{"ignored before base", "EXPOSE 80\nFROM template:host\n", 1, "first instruction must be FROM"},
 		{"arg", "FROM template:host\nARG X=1\n", 2, "ARG"},
 		{"bad keyword", "FROM template:host\nRUN-X y\n", 2, "not an instruction"},
 		{"run empty", "FROM template:host\nRUN\n", 2, "needs arguments"},
@@ -271,5 +276,55 @@ func TestValidateImageRef(t *testing.T) {
 		if err := ValidateImageRef(r); err == nil {
 			t.Errorf("ValidateImageRef(%q) = nil, want an error", r)
 		}
+	}
+}
+
+// TestParseIgnored: the Dockerfile instructions that mean nothing for a
+// template are accepted, listed with their lines, and never become steps
+// (the step cache keys do not change).
+func TestParseIgnored(t *testing.T) {
+	src := "FROM template:host\n" +
+		"LABEL org.opencontainers.image.title=\"app\" \\\n  version=1\n" +
+		"EXPOSE 8080/tcp\n" +
+		"RUN true\n" +
+		"maintainer someone@example.com\n" +
+		"HEALTHCHECK --interval=5s CMD curl -f http://localhost/ || exit 1\n" +
+		"STOPSIGNAL SIGTERM\n" +
+		"ENTRYPOINT [\"/app\"]\n" +
+		"CMD [\"--serve\"]\n"
+	f := mustParse(t, src)
+	if len(f.Steps) != 2 || f.Steps[1].Kind != KindRun {
+		t.Fatalf("steps = %+v, want FROM and RUN", f.Steps)
+	}
+	var got []string
+	for _, ig := range f.Ignored {
+		got = append(got, fmt.Sprintf("%d %s", ig.Line, ig.Instruction))
+		if ig.Reason == "" || !strings.HasPrefix(strings.ToUpper(ig.Text), ig.Instruction) {
+			t.Errorf("ignored %+v: no reason or wrong text", ig)
+		}
+	}
+	want := []string{"2 LABEL", "4 EXPOSE", "6 MAINTAINER", "7 HEALTHCHECK", "8 STOPSIGNAL", "9 ENTRYPOINT", "10 CMD"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ignored = %v, want %v", got, want)
+	}
+	if s := f.Ignored[1].String(); s != "airfile line 4: EXPOSE is ignored: sandboxes have no network ports to publish" {
+		t.Errorf("String() = %q", s)
+	}
+	plain := mustParse(t, "FROM template:host\nRUN true\n")
+	ctx := context.Background()
+	k1, err := f.CacheKeys(ctx, "", "base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, err := plain.CacheKeys(ctx, "", "base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(k1, k2) {
+		t.Errorf("ignored instructions changed the cache keys: %v vs %v", k1, k2)
+	}
+	long := "FROM template:host\nLABEL a=\"" + strings.Repeat("é", 300) + "\"\n"
+	if ig := mustParse(t, long).Ignored[0]; len(ig.Text) > 203 || !utf8.ValidString(ig.Text) {
+		t.Errorf("long ignored text: %d bytes, valid %v", len(ig.Text), utf8.ValidString(ig.Text))
 	}
 }

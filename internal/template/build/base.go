@@ -60,6 +60,7 @@ func (j *job) resolveBase(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("base id: %w", errdefs.ErrInternal)
 		}
 		id = "template:" + hex.EncodeToString(sum.Sum(nil))
+		j.base = "template:" + base.Template
 	case airfile.BaseImage:
 		digest, err := j.imageBase(ctx, base.Image, line)
 		if err != nil {
@@ -68,6 +69,7 @@ func (j *job) resolveBase(ctx context.Context) (string, error) {
 		id = "image:" + digest
 	case airfile.BaseDebian:
 		id = "debian:" + debian.CacheKey(j.debianOptions(base))
+		j.base = debianSource(base)
 	default:
 		return "", fmt.Errorf("airfile line %d: unknown base: %w", line, errdefs.ErrInvalidArgument)
 	}
@@ -143,6 +145,7 @@ func (j *job) imageBase(ctx context.Context, ref string, line int) (string, erro
 	}
 	j.layers = slices.Clone(res.Manifest.Layers)
 	j.cfg = res.Manifest.Config
+	j.base = "image " + res.Manifest.Source // the reference with its digest
 	return res.Digest, nil
 }
 

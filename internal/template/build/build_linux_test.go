@@ -36,7 +36,7 @@ RUN ["/bin/sh", "-c", "echo exec-form > /opt/data/exec && rm -r /opt/data/x"]
 	if len(m.Layers) != len(base.Layers)+2 || !slices.Equal(m.Layers[:len(base.Layers)], base.Layers) {
 		t.Fatalf("layers = %v, want the base's %v and two more", m.Layers, base.Layers)
 	}
-	if m.Source != Source || m.Name != "run-test" {
+	if m.Source != "airfile (2 steps) on template:base" || m.Name != "run-test" {
 		t.Errorf("manifest = %+v", m)
 	}
 	// The deletion is a whiteout in the RUN layer; the runtime's mount

@@ -116,6 +116,10 @@ func TestBuildFromImage(t *testing.T) {
 	if len(m.Layers) != 3 || m.Layers[0] != diffIDs.RootFS.DiffIDs[0].String() {
 		t.Fatalf("layers %v, want the image's %v and two more", m.Layers, diffIDs.RootFS.DiffIDs)
 	}
+	digest, _ := img.Digest()
+	if want := "airfile (3 steps) on image " + host + "/test/img:v1@" + digest.String(); m.Source != want {
+		t.Errorf("source %q, want %q", m.Source, want)
+	}
 	if m.Config.Workdir != "/app" || m.Config.User != "1000:1000" || !slices.Contains(m.Config.Env, "LANG=C.UTF-8") || !slices.Contains(m.Config.Env, "EXTRA=1") {
 		t.Errorf("config %+v lost the image's defaults or the ENV", m.Config)
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/template/layers"
 )
 
-// Source is the Manifest.Source of built templates.
-const Source = "airfile"
+// maxSourcePackages caps the Debian packages a template's Source names.
+const maxSourcePackages = 8
 
 // job is one build in progress.
 type job struct {
@@ -27,6 +27,41 @@ type job struct {
 
 	layers []string      // diff IDs so far, lowest first
 	cfg    layers.Config // env, workdir, user, cmd, entrypoint so far
+	// base says what the build started from (resolveBase): an image
+	// reference with its digest, "debian SUITE: packages" or
+	// "template:NAME".
+	base string
+}
+
+// source is the template's Manifest.Source, its provenance: the base
+// alone when the Airfile has no other step (an image import, a Debian
+// build), else "airfile (N steps) on BASE".
+func (j *job) source() string {
+	if n := len(j.file.Steps) - 1; n == 1 {
+		return "airfile (1 step) on " + j.base
+	} else if n > 1 {
+		return fmt.Sprintf("airfile (%d steps) on %s", n, j.base)
+	}
+	if j.file.Base().Kind == airfile.BaseTemplate {
+		return "airfile on " + j.base
+	}
+	return j.base
+}
+
+// debianSource describes a Debian base: the suite and its packages (the
+// first maxSourcePackages).
+func debianSource(b airfile.Base) string {
+	s := "debian " + b.Suite
+	if len(b.Packages) == 0 {
+		return s
+	}
+	pk := b.Packages
+	more := ""
+	if len(pk) > maxSourcePackages {
+		more = fmt.Sprintf(" +%d more", len(pk)-maxSourcePackages)
+		pk = pk[:maxSourcePackages]
+	}
+	return s + ": " + strings.Join(pk, ", ") + more
 }
 
 // run executes the build and saves the template.
@@ -142,7 +177,7 @@ func (j *job) save(ctx context.Context) (layers.Manifest, error) {
 		Name:   j.storeName(),
 		Layers: slices.Clone(j.layers),
 		Config: j.cfg,
-		Source: Source,
+		Source: j.source(),
 	}
 	saved, err := j.b.cfg.Store.Put(ctx, m, layers.PutOptions{Replace: true})
 	if err != nil {

@@ -335,3 +335,30 @@ func TestCacheKeysPerOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestSource: a template's Source says what it was made from.
+func TestSource(t *testing.T) {
+	many := "DEBIAN bookworm p1 p2 p3 p4 p5 p6 p7 p8 p9 p10"
+	tests := []struct {
+		airfile, base, want string
+	}{
+		{"FROM x/y:1\n", "image x/y:1@sha256:ab", "image x/y:1@sha256:ab"},
+		{"FROM x/y:1\nENV A=1\nRUN true\n", "image x/y:1@sha256:ab", "airfile (2 steps) on image x/y:1@sha256:ab"},
+		{"FROM template:py\n", "template:py", "airfile on template:py"},
+		{"DEBIAN bookworm jq\n", "", "debian bookworm: jq"},
+		{many + "\nRUN true\n", "", "airfile (1 step) on debian bookworm: p1, p2, p3, p4, p5, p6, p7, p8 +2 more"},
+	}
+	for _, tt := range tests {
+		f, err := airfile.Parse(strings.NewReader(tt.airfile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		j := &job{file: f, base: tt.base}
+		if f.Base().Kind == airfile.BaseDebian {
+			j.base = debianSource(f.Base())
+		}
+		if got := j.source(); got != tt.want {
+			t.Errorf("%q: source %q, want %q", tt.airfile, got, tt.want)
+		}
+	}
+}
