@@ -388,9 +388,17 @@ func (c *Client) BuildTemplateContext(ctx context.Context, req BuildContextReque
 		}
 		hdr.Set("X-Registry-Auth", base64.URLEncoding.EncodeToString(b))
 	}
-	resp, err := c.openStream(ctx, "/v1/templates", q, pr, hdr)
+	return c.templateStream(ctx, "/v1/templates", q, pr, hdr, finish, "build stream", onEvent)
+}
+
+// templateStream posts body to a template route that answers with a build
+// stream (a build or an import) and reads it to the template it made.
+// finish ends the goroutine feeding body and returns its error, which
+// explains a failed request better than the request's own error.
+func (c *Client) templateStream(ctx context.Context, path string, q url.Values, body io.Reader, hdr http.Header,
+	finish func() error, what string, onEvent func(BuildEvent) error) (*TemplateDetail, error) {
+	resp, err := c.openStream(ctx, path, q, body, hdr)
 	if err != nil {
-		// A failure to read the context is the better explanation.
 		if terr := finish(); terr != nil && !errors.Is(terr, errRequestDone) && !errors.Is(terr, io.ErrClosedPipe) {
 			return nil, terr
 		}
@@ -398,7 +406,7 @@ func (c *Client) BuildTemplateContext(ctx context.Context, req BuildContextReque
 	}
 	defer resp.Body.Close()
 	var tpl *TemplateDetail
-	if err := readStream(resp.Body, "build stream", maxBuildLine, onBuildLine(&tpl, onEvent)); err != nil {
+	if err := readStream(resp.Body, what, maxBuildLine, onBuildLine(&tpl, onEvent)); err != nil {
 		return nil, err
 	}
 	return tpl, nil
@@ -488,19 +496,7 @@ func (c *Client) ImportTemplate(ctx context.Context, req ImportTemplateRequest, 
 	}
 	defer finish()
 	path := "/v1/templates/" + url.PathEscape(req.Name) + "/import"
-	resp, err := c.openStream(ctx, path, q, body, http.Header{"Content-Type": {"application/x-tar"}})
-	if err != nil {
-		if terr := finish(); terr != nil && !errors.Is(terr, errRequestDone) && !errors.Is(terr, io.ErrClosedPipe) {
-			return nil, terr
-		}
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var tpl *TemplateDetail
-	if err := readStream(resp.Body, "import stream", maxBuildLine, onBuildLine(&tpl, onEvent)); err != nil {
-		return nil, err
-	}
-	return tpl, nil
+	return c.templateStream(ctx, path, q, body, http.Header{"Content-Type": {"application/x-tar"}}, finish, "import stream", onEvent)
 }
 
 // writeLayoutTar writes the OCI layout directory dir to w as a tar of its
