@@ -11,7 +11,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
-	"github.com/airlock-sandbox/airlock/internal/runtime/linux"
+	"github.com/airlock-sandbox/airlock/internal/runtime/backends"
 	"github.com/airlock-sandbox/airlock/internal/template"
 )
 
@@ -26,7 +26,7 @@ func demo(ctx context.Context, dataDir string, argv []string) (int, error) {
 	if err := os.Chmod(dataDir, 0o711); err != nil {
 		return 1, err
 	}
-	rt, err := linux.New(linux.Config{StateDir: filepath.Join(dataDir, "sandboxes")})
+	rt, err := backends.Default().New(backends.Options{StateDir: filepath.Join(dataDir, "sandboxes")})
 	if err != nil {
 		return 1, err
 	}

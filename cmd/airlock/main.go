@@ -12,12 +12,12 @@ import (
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/internal/hostcheck"
-	"github.com/airlock-sandbox/airlock/internal/runtime/linux"
+	"github.com/airlock-sandbox/airlock/internal/runtime/backends"
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == linux.AgentCommand {
-		os.Exit(linux.RunAgent())
+	if run, ok := backends.AgentEntry(os.Args[1:]); ok {
+		os.Exit(run())
 	}
 	if len(os.Args) > 1 && os.Args[1] == hostcheck.ProbeCommand {
 		os.Exit(hostcheck.RunProbe())

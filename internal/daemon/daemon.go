@@ -21,7 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/hostcheck"
 	"github.com/airlock-sandbox/airlock/internal/interp"
-	"github.com/airlock-sandbox/airlock/internal/runtime/linux"
+	"github.com/airlock-sandbox/airlock/internal/runtime/backends"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/template"
 )
@@ -157,7 +157,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		return err
 	}
 
-	rt, err := linux.New(linux.Config{
+	rt, err := backends.Default().New(backends.Options{
 		StateDir: filepath.Join(cfg.DataDir, sandboxesDir),
 		Logger:   log.With("component", "runtime"),
 	})
