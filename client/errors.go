@@ -23,7 +23,9 @@ var (
 	// ErrNotFound: no such sandbox (for this tenant), file or route (404).
 	ErrNotFound = errors.New("airlock: not found")
 	// ErrConflict: the object exists already, or is not in a state that
-	// allows the operation, e.g. the sandbox is stopped (409).
+	// allows the operation, e.g. the sandbox is stopped, its disk is full
+	// or it has as many code contexts as it may (409); retrying alone
+	// does not help.
 	ErrConflict = errors.New("airlock: conflict")
 	// ErrTooLarge: the request body is larger than the server accepts
 	// (413).

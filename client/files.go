@@ -30,6 +30,35 @@ type FileInfo struct {
 	SHA256 string `json:"sha256,omitempty"`
 }
 
+// FileOption tunes a file request.
+type FileOption func(url.Values)
+
+// AsUser makes a file request act as user: "user" or "root". Without it
+// the request acts as the sandbox's default user (user, or the template's
+// USER), like a command run without a user. The sandbox performs the
+// request with that user's permissions, as a command of that user would:
+// the default user cannot write /etc/passwd or read /root, and what a
+// request creates belongs to its user. It needs no scope beyond files.
+func AsUser(user string) FileOption {
+	return func(q url.Values) {
+		if user != "" {
+			q.Set("user", user)
+		}
+	}
+}
+
+// fileQuery is the query of a file request for path with opts.
+func fileQuery(path string, opts []FileOption) url.Values {
+	q := url.Values{}
+	if path != "" {
+		q.Set("path", path)
+	}
+	for _, o := range opts {
+		o(q)
+	}
+	return q
+}
+
 func checkPath(path string) error {
 	if path == "" {
 		return fmt.Errorf("airlock: file path is empty: %w", ErrInvalid)
@@ -43,8 +72,10 @@ func checkPath(path string) error {
 // first, the old file is left as it was. r is read as the request is
 // sent, never buffered whole. When r is a *bytes.Reader, *bytes.Buffer or
 // *strings.Reader its length is sent ahead, otherwise the body is
-// chunked.
-func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader) (*FileInfo, error) {
+// chunked. The write acts as the sandbox's default user unless opts name
+// another (AsUser): a new file belongs to that user, and a file that user
+// may not write is refused.
+func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader, opts ...FileOption) (*FileInfo, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
@@ -54,7 +85,7 @@ func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader) (*
 	if r == nil {
 		r = http.NoBody
 	}
-	req, err := c.newRequest(ctx, http.MethodPut, sandboxPath(id, "/files"), url.Values{"path": {path}}, r)
+	req, err := c.newRequest(ctx, http.MethodPut, sandboxPath(id, "/files"), fileQuery(path, opts), r)
 	if err != nil {
 		return nil, err
 	}
@@ -75,14 +106,14 @@ func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader) (*
 // must close the reader. A transfer that breaks midway makes Read fail
 // (io.ErrUnexpectedEOF), so a short file is never mistaken for a whole
 // one.
-func (c *Client) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, error) {
+func (c *Client) ReadFile(ctx context.Context, id, path string, opts ...FileOption) (io.ReadCloser, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
 	if err := checkPath(path); err != nil {
 		return nil, err
 	}
-	req, err := c.newRequest(ctx, http.MethodGet, sandboxPath(id, "/files"), url.Values{"path": {path}}, nil)
+	req, err := c.newRequest(ctx, http.MethodGet, sandboxPath(id, "/files"), fileQuery(path, opts), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -95,14 +126,14 @@ func (c *Client) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, 
 
 // RemoveFile deletes the file, symlink or (with recursive) directory tree
 // at path in sandbox id.
-func (c *Client) RemoveFile(ctx context.Context, id, path string, recursive bool) error {
+func (c *Client) RemoveFile(ctx context.Context, id, path string, recursive bool, opts ...FileOption) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
 	if err := checkPath(path); err != nil {
 		return err
 	}
-	q := url.Values{"path": {path}}
+	q := fileQuery(path, opts)
 	if recursive {
 		q.Set("recursive", "true")
 	}
@@ -113,7 +144,7 @@ func (c *Client) RemoveFile(ctx context.Context, id, path string, recursive bool
 // are relative to the user's home) with its missing parents, like mkdir
 // -p: an existing directory is not an error. It returns the directory's
 // entry. It needs the files scope.
-func (c *Client) MakeDir(ctx context.Context, id, path string) (*FileInfo, error) {
+func (c *Client) MakeDir(ctx context.Context, id, path string, opts ...FileOption) (*FileInfo, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
@@ -121,7 +152,7 @@ func (c *Client) MakeDir(ctx context.Context, id, path string) (*FileInfo, error
 		return nil, err
 	}
 	var out FileInfo
-	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "/files/mkdir"), url.Values{"path": {path}}, nil, &out, http.StatusOK); err != nil {
+	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "/files/mkdir"), fileQuery(path, opts), nil, &out, http.StatusOK); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -130,14 +161,11 @@ func (c *Client) MakeDir(ctx context.Context, id, path string) (*FileInfo, error
 // ListDir lists the directory at path in sandbox id ("" for the user's
 // home) to depth levels (0 or 1: its entries only; the server allows up to
 // 32). truncated reports that the server's entry cap was hit.
-func (c *Client) ListDir(ctx context.Context, id, path string, depth int) (entries []FileInfo, truncated bool, err error) {
+func (c *Client) ListDir(ctx context.Context, id, path string, depth int, opts ...FileOption) (entries []FileInfo, truncated bool, err error) {
 	if err := checkID(id); err != nil {
 		return nil, false, err
 	}
-	q := url.Values{}
-	if path != "" {
-		q.Set("path", path)
-	}
+	q := fileQuery(path, opts)
 	if depth > 1 {
 		q.Set("depth", strconv.Itoa(depth))
 	}

@@ -26,6 +26,10 @@ type PTYOptions struct {
 	Command string
 	// User is "user" (the default) or "root".
 	User string
+	// Token, if set, authenticates the session with a PTY token (see
+	// Client.PTYToken) instead of the client's API key, as a browser
+	// does.
+	Token string
 }
 
 // PTYExit is how the process of a terminal session ended.
@@ -73,21 +77,13 @@ func (c *Client) PTY(ctx context.Context, id string, opts PTYOptions) (*PTY, err
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	q := url.Values{}
-	if opts.Cols > 0 {
-		q.Set("cols", strconv.Itoa(int(opts.Cols)))
-	}
-	if opts.Rows > 0 {
-		q.Set("rows", strconv.Itoa(int(opts.Rows)))
-	}
-	if opts.Command != "" {
-		q.Set("cmd", opts.Command)
-	}
-	if opts.User != "" {
-		q.Set("user", opts.User)
-	}
+	q := ptyQuery(opts)
 	hdr := http.Header{}
-	hdr.Set("Authorization", "Bearer "+c.key)
+	if opts.Token != "" {
+		q.Set("token", opts.Token)
+	} else {
+		hdr.Set("Authorization", "Bearer "+c.key)
+	}
 	if c.userAgent != "" {
 		hdr.Set("User-Agent", c.userAgent)
 	}
@@ -113,6 +109,24 @@ func (c *Client) PTY(ctx context.Context, id string, opts PTYOptions) (*PTY, err
 	}
 	go p.readLoop(life)
 	return p, nil
+}
+
+// ptyQuery is the query of a PTY request for opts, without a token.
+func ptyQuery(opts PTYOptions) url.Values {
+	q := url.Values{}
+	if opts.Cols > 0 {
+		q.Set("cols", strconv.Itoa(int(opts.Cols)))
+	}
+	if opts.Rows > 0 {
+		q.Set("rows", strconv.Itoa(int(opts.Rows)))
+	}
+	if opts.Command != "" {
+		q.Set("cmd", opts.Command)
+	}
+	if opts.User != "" {
+		q.Set("user", opts.User)
+	}
+	return q
 }
 
 // readLoop receives the server's frames until the connection ends.

@@ -15,7 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock/client"
 )
 
-const cpUsage = `usage: airlock cp SRC DST
+const cpUsage = `usage: airlock cp [-u USER] SRC DST
 
 One of SRC and DST is a sandbox path ID:PATH (a relative PATH is relative
 to the user's home in the sandbox; ID: alone is the home); the other is a
@@ -30,6 +30,9 @@ like ID:PATH as ./ID:PATH).
   airlock cp ID:/src ./dst       download a file, or a directory tree;
                                  into ./dst if it is a directory
   airlock cp ID:/src -           download a file to standard output
+
+The copy acts as the sandbox's user (-u root to act as root): it reads and
+writes only what that user may, and what it creates belongs to that user.
 
 Limits: permissions, owners and times are not copied (downloaded files get
 mode 0644, directories 0755). Symbolic links and special files are skipped
@@ -55,12 +58,17 @@ func splitRemote(s string) (id, p string, ok bool) {
 
 func (c *cli) cpCmd(ctx context.Context, args []string) (int, error) {
 	fs := c.flags("cp", cpUsage)
+	user := userFlag(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return c.parseFailed(err)
 	}
 	if len(pos) != 2 {
-		return 2, usagef("usage: airlock cp SRC DST (one side is ID:PATH)")
+		return 2, usagef("usage: airlock cp [-u USER] SRC DST (one side is ID:PATH)")
+	}
+	as, err := asUser(*user)
+	if err != nil {
+		return 2, err
 	}
 	srcID, srcPath, srcRemote := splitRemote(pos[0])
 	dstID, dstPath, dstRemote := splitRemote(pos[1])
@@ -79,29 +87,40 @@ func (c *cli) cpCmd(ctx context.Context, args []string) (int, error) {
 		return 2, err
 	}
 	if dstRemote {
-		return fail(c.upload(ctx, cl, pos[0], dstID, dstPath))
+		return fail(c.upload(ctx, cl, pos[0], dstID, dstPath, as))
 	}
-	return fail(c.download(ctx, cl, srcID, srcPath, pos[1]))
+	return fail(c.download(ctx, cl, srcID, srcPath, pos[1], as))
+}
+
+// asUser checks a -u flag and returns the file options it asks for.
+func asUser(user string) ([]client.FileOption, error) {
+	switch user {
+	case "":
+		return nil, nil
+	case "user", "root":
+		return []client.FileOption{client.AsUser(user)}, nil
+	}
+	return nil, usagef("-u must be user or root, not %q", user)
 }
 
 // remoteIsDir reports whether p is a directory in sandbox id (a path
 // ending in / is taken as one).
-func remoteIsDir(ctx context.Context, cl *client.Client, id, p string) bool {
+func remoteIsDir(ctx context.Context, cl *client.Client, id, p string, as []client.FileOption) bool {
 	if strings.HasSuffix(p, "/") || p == "." || p == "~" {
 		return true
 	}
-	_, _, err := cl.ListDir(ctx, id, p, 1)
+	_, _, err := cl.ListDir(ctx, id, p, 1, as...)
 	return err == nil
 }
 
 // upload copies the host file or tree src (or stdin for "-") to dst in
 // sandbox id.
-func (c *cli) upload(ctx context.Context, cl *client.Client, src, id, dst string) error {
+func (c *cli) upload(ctx context.Context, cl *client.Client, src, id, dst string, as []client.FileOption) error {
 	if src == "-" {
 		if strings.HasSuffix(dst, "/") {
 			return usagef("standard input needs a file name in the sandbox, not a directory")
 		}
-		_, err := cl.WriteFile(ctx, id, dst, c.stdin)
+		_, err := cl.WriteFile(ctx, id, dst, c.stdin, as...)
 		return err
 	}
 	fi, err := os.Stat(src)
@@ -109,25 +128,25 @@ func (c *cli) upload(ctx context.Context, cl *client.Client, src, id, dst string
 		return &cliError{msg: fmt.Sprintf("cannot read %s: %v", src, errors.Unwrap(err)), err: err}
 	}
 	target := dst
-	if remoteIsDir(ctx, cl, id, dst) {
+	if remoteIsDir(ctx, cl, id, dst, as) {
 		target = path.Join(dst, filepath.Base(filepath.Clean(src)))
 	}
 	if fi.IsDir() {
-		return c.uploadTree(ctx, cl, src, id, target)
+		return c.uploadTree(ctx, cl, src, id, target, as)
 	}
 	if !fi.Mode().IsRegular() {
 		return &cliError{msg: fmt.Sprintf("%s is not a regular file", src)}
 	}
-	return uploadFile(ctx, cl, src, id, target)
+	return uploadFile(ctx, cl, src, id, target, as)
 }
 
-func uploadFile(ctx context.Context, cl *client.Client, src, id, dst string) error {
+func uploadFile(ctx context.Context, cl *client.Client, src, id, dst string, as []client.FileOption) error {
 	f, err := os.Open(src)
 	if err != nil {
 		return &cliError{msg: fmt.Sprintf("cannot read %s: %v", src, errors.Unwrap(err)), err: err}
 	}
 	defer f.Close()
-	if _, err := cl.WriteFile(ctx, id, dst, f); err != nil {
+	if _, err := cl.WriteFile(ctx, id, dst, f, as...); err != nil {
 		return fmt.Errorf("%s: %w", dst, err)
 	}
 	return nil
@@ -137,7 +156,7 @@ func uploadFile(ctx context.Context, cl *client.Client, src, id, dst string) err
 // its regular files and its directories, without following symbolic
 // links. A file's upload creates its parent directories; directories
 // without a file anywhere below them are made with mkdir.
-func (c *cli) uploadTree(ctx context.Context, cl *client.Client, src, id, dst string) error {
+func (c *cli) uploadTree(ctx context.Context, cl *client.Client, src, id, dst string, as []client.FileOption) error {
 	filled := map[string]bool{} // directories (relative) that got a file
 	var dirs []string           // every directory, parents first
 	files, skipped := 0, 0
@@ -158,7 +177,7 @@ func (c *cli) uploadTree(ctx context.Context, cl *client.Client, src, id, dst st
 			fmt.Fprintf(c.stderr, "airlock: skipped %s (not a regular file)\n", p)
 			return nil
 		}
-		if err := uploadFile(ctx, cl, p, id, path.Join(dst, filepath.ToSlash(rel))); err != nil {
+		if err := uploadFile(ctx, cl, p, id, path.Join(dst, filepath.ToSlash(rel)), as); err != nil {
 			return err
 		}
 		files++
@@ -181,7 +200,7 @@ func (c *cli) uploadTree(ctx context.Context, cl *client.Client, src, id, dst st
 		if d != "." {
 			target = path.Join(dst, filepath.ToSlash(d))
 		}
-		if _, err := cl.MakeDir(ctx, id, target); err != nil {
+		if _, err := cl.MakeDir(ctx, id, target, as...); err != nil {
 			return fmt.Errorf("%s: %w", target, err)
 		}
 		made++
@@ -214,15 +233,15 @@ func emptyLeaves(dirs []string, filled map[string]bool) []string {
 }
 
 // download copies src from sandbox id to the host path dst ("-": stdout).
-func (c *cli) download(ctx context.Context, cl *client.Client, id, src, dst string) error {
+func (c *cli) download(ctx context.Context, cl *client.Client, id, src, dst string, as []client.FileOption) error {
 	if dst == "-" {
-		return c.readInto(ctx, cl, id, src, c.stdout)
+		return c.readInto(ctx, cl, id, src, c.stdout, as)
 	}
 	target := dst
 	if fi, err := os.Stat(dst); (err == nil && fi.IsDir()) || strings.HasSuffix(dst, "/") {
 		target = filepath.Join(dst, path.Base(path.Clean(src)))
 	}
-	entries, truncated, err := cl.ListDir(ctx, id, src, 32)
+	entries, truncated, err := cl.ListDir(ctx, id, src, 32, as...)
 	if err != nil {
 		// Not a directory (or not there): copy it as a file.
 		dir, name := filepath.Split(target)
@@ -234,17 +253,17 @@ func (c *cli) download(ctx context.Context, cl *client.Client, id, src, dst stri
 			return &cliError{msg: fmt.Sprintf("cannot write to %s: %v", dir, errors.Unwrap(err)), err: err}
 		}
 		defer root.Close()
-		return c.downloadFile(ctx, cl, id, src, root, name)
+		return c.downloadFile(ctx, cl, id, src, root, name, as)
 	}
 	if truncated {
 		return &cliError{msg: fmt.Sprintf("%s has more entries than the server lists at once; copy its subdirectories one by one", src)}
 	}
-	return c.downloadTree(ctx, cl, id, entries, target)
+	return c.downloadTree(ctx, cl, id, entries, target, as)
 }
 
 // readInto streams the file src of sandbox id into w.
-func (c *cli) readInto(ctx context.Context, cl *client.Client, id, src string, w io.Writer) error {
-	rc, err := cl.ReadFile(ctx, id, src)
+func (c *cli) readInto(ctx context.Context, cl *client.Client, id, src string, w io.Writer, as []client.FileOption) error {
+	rc, err := cl.ReadFile(ctx, id, src, as...)
 	if err != nil {
 		return err
 	}
@@ -257,13 +276,13 @@ func (c *cli) readInto(ctx context.Context, cl *client.Client, id, src string, w
 
 // downloadFile copies src of sandbox id to name under root: into a
 // temporary file first, renamed into place once complete.
-func (c *cli) downloadFile(ctx context.Context, cl *client.Client, id, src string, root *os.Root, name string) error {
+func (c *cli) downloadFile(ctx context.Context, cl *client.Client, id, src string, root *os.Root, name string, as []client.FileOption) error {
 	tmp := path.Join(path.Dir(filepath.ToSlash(name)), ".airlock-cp-"+path.Base(filepath.ToSlash(name))+".tmp")
 	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return &cliError{msg: fmt.Sprintf("cannot write %s: %v", name, errors.Unwrap(err)), err: err}
 	}
-	err = c.readInto(ctx, cl, id, src, f)
+	err = c.readInto(ctx, cl, id, src, f, as)
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -281,7 +300,7 @@ func (c *cli) downloadFile(ctx context.Context, cl *client.Client, id, src strin
 // children) under the host directory dst. Entry paths are checked to stay
 // inside dst, and every write goes through an os.Root, so a hostile
 // listing or a symbolic link in dst cannot lead outside it.
-func (c *cli) downloadTree(ctx context.Context, cl *client.Client, id string, entries []client.FileInfo, dst string) error {
+func (c *cli) downloadTree(ctx context.Context, cl *client.Client, id string, entries []client.FileInfo, dst string, as []client.FileOption) error {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return &cliError{msg: fmt.Sprintf("cannot create %s: %v", dst, errors.Unwrap(err)), err: err}
 	}
@@ -315,7 +334,7 @@ func (c *cli) downloadTree(ctx context.Context, cl *client.Client, id string, en
 			if err := root.MkdirAll(path.Dir(rel), 0o755); err != nil {
 				return &cliError{msg: fmt.Sprintf("cannot create %s: %v", filepath.Join(dst, path.Dir(rel)), errors.Unwrap(err)), err: err}
 			}
-			if err := c.downloadFile(ctx, cl, id, e.Path, root, rel); err != nil {
+			if err := c.downloadFile(ctx, cl, id, e.Path, root, rel, as); err != nil {
 				return err
 			}
 			files++

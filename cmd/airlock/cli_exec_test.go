@@ -267,7 +267,7 @@ func TestCLIDownloadTreeStaysInside(t *testing.T) {
 		dst := filepath.Join(t.TempDir(), "dst")
 		c := &cli{stdout: io.Discard, stderr: io.Discard}
 		// A nil client: any download would panic.
-		if err := c.downloadTree(context.Background(), nil, "sb-x", entries, dst); err == nil {
+		if err := c.downloadTree(context.Background(), nil, "sb-x", entries, dst, nil); err == nil {
 			t.Errorf("listing %+v was accepted", entries)
 		}
 		if got, _ := os.ReadDir(dst); len(got) != 0 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"strconv"
 
@@ -9,18 +10,20 @@ import (
 )
 
 const filesUsage = `usage:
-  airlock files ls [-d DEPTH] [--json] ID [PATH]
+  airlock files ls [-u USER] [-d DEPTH] [--json] ID [PATH]
       List the directory PATH of sandbox ID (default: the user's home) like
       ls -l: type and mode, owner, size, modification time, name (a link's
       target after ->). -d lists DEPTH levels down (at most 32); the server
       caps the entries of one listing and says when it cut it.
-  airlock files mkdir ID PATH...
+  airlock files mkdir [-u USER] ID PATH...
       Make directories, with their missing parents (mkdir -p).
-  airlock files rm [-r] ID PATH...
+  airlock files rm [-u USER] [-r] ID PATH...
       Remove files or symbolic links; -r also directories, with what they
       hold.
-Relative paths are relative to the user's home. To copy files in or out
-use airlock cp.
+Each command acts as the sandbox's user, or as root with -u root: it sees
+and changes only what that user may, and what it makes belongs to that
+user. Relative paths are relative to that user's home. To copy files in
+or out use airlock cp.
 `
 
 const contextsUsage = `usage:
@@ -34,6 +37,13 @@ const contextsUsage = `usage:
   airlock contexts interrupt ID CONTEXT
       Interrupt the cell running in a context (its state is kept).
 `
+
+// userFlag defines -u and --user: whom a file command acts as.
+func userFlag(fs *flag.FlagSet) *string {
+	user := fs.String("u", "", "act as `user` in the sandbox: user (default) or root")
+	fs.StringVar(user, "user", "", "same as -u")
+	return user
+}
 
 // maxListDepth is the server's cap on a listing's depth.
 const maxListDepth = 32
@@ -61,15 +71,20 @@ func (c *cli) filesList(ctx context.Context, args []string) (int, error) {
 	depth := fs.Int("d", 1, "list this many `levels` down (1: the directory's entries)")
 	fs.IntVar(depth, "depth", 1, "same as -d")
 	asJSON := fs.Bool("json", false, "print JSON: the entries and whether the listing was cut")
+	user := userFlag(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return c.parseFailed(err)
 	}
 	switch {
 	case len(pos) < 1 || len(pos) > 2:
-		return 2, usagef("usage: airlock files ls [-d DEPTH] [--json] ID [PATH]")
+		return 2, usagef("usage: airlock files ls [-u USER] [-d DEPTH] [--json] ID [PATH]")
 	case *depth < 1 || *depth > maxListDepth:
 		return 2, usagef("-d must be from 1 to %d", maxListDepth)
+	}
+	as, err := asUser(*user)
+	if err != nil {
+		return 2, err
 	}
 	path := ""
 	if len(pos) == 2 {
@@ -81,7 +96,7 @@ func (c *cli) filesList(ctx context.Context, args []string) (int, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
-	entries, truncated, err := cl.ListDir(ctx, pos[0], path, *depth)
+	entries, truncated, err := cl.ListDir(ctx, pos[0], path, *depth, as...)
 	if err != nil {
 		return fail(err)
 	}
@@ -152,12 +167,17 @@ func fileMode(e client.FileInfo) string {
 
 func (c *cli) filesMkdir(ctx context.Context, args []string) (int, error) {
 	fs := c.flags("files mkdir", filesUsage)
+	user := userFlag(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return c.parseFailed(err)
 	}
 	if len(pos) < 2 {
-		return 2, usagef("usage: airlock files mkdir ID PATH...")
+		return 2, usagef("usage: airlock files mkdir [-u USER] ID PATH...")
+	}
+	as, err := asUser(*user)
+	if err != nil {
+		return 2, err
 	}
 	cl, err := c.client()
 	if err != nil {
@@ -165,7 +185,7 @@ func (c *cli) filesMkdir(ctx context.Context, args []string) (int, error) {
 	}
 	id := pos[0]
 	return c.forEachID(ctx, pos[1:], "directories were not made", func(ctx context.Context, p string) error {
-		_, err := cl.MakeDir(ctx, id, p)
+		_, err := cl.MakeDir(ctx, id, p, as...)
 		return err
 	})
 }
@@ -174,12 +194,17 @@ func (c *cli) filesRemove(ctx context.Context, args []string) (int, error) {
 	fs := c.flags("files rm", filesUsage)
 	recursive := fs.Bool("r", false, "also remove directories, with everything in them")
 	fs.BoolVar(recursive, "recursive", false, "same as -r")
+	user := userFlag(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return c.parseFailed(err)
 	}
 	if len(pos) < 2 {
-		return 2, usagef("usage: airlock files rm [-r] ID PATH...")
+		return 2, usagef("usage: airlock files rm [-u USER] [-r] ID PATH...")
+	}
+	as, err := asUser(*user)
+	if err != nil {
+		return 2, err
 	}
 	cl, err := c.client()
 	if err != nil {
@@ -187,7 +212,7 @@ func (c *cli) filesRemove(ctx context.Context, args []string) (int, error) {
 	}
 	id := pos[0]
 	return c.forEachID(ctx, pos[1:], "paths were not removed", func(ctx context.Context, p string) error {
-		return cl.RemoveFile(ctx, id, p, *recursive)
+		return cl.RemoveFile(ctx, id, p, *recursive, as...)
 	})
 }
 

@@ -11,7 +11,7 @@ import (
 	"github.com/airlock-sandbox/airlock/client"
 )
 
-const shellUsage = `usage: airlock shell [-u USER] ID [-- CMD [ARG...]]
+const shellUsage = `usage: airlock shell [-u USER] [--ws-url] ID [-- CMD [ARG...]]
 
 Opens an interactive login shell in sandbox ID, or runs CMD on a terminal
 (airlock shell ID -- python3 starts an interactive Python; airlock exec is
@@ -20,6 +20,12 @@ terminal it is put in raw mode (restored on exit) and window size changes
 are passed on. Otherwise the input is sent as typed text, then Ctrl-D
 (end of file) until the session ends. The exit status is the shell's,
 mapped like exec's.
+
+With --ws-url it opens nothing: it prints a WebSocket URL (ws:// or wss://)
+that opens the same session once, within 30 seconds, without the API key:
+for a terminal in a web page (xterm.js and the like), whose WebSocket
+cannot send the Authorization header. The URL holds a single-use token; it
+is a credential until it is used or expires.
 `
 
 func (c *cli) shellCmd(ctx context.Context, args []string) (int, error) {
@@ -27,17 +33,29 @@ func (c *cli) shellCmd(ctx context.Context, args []string) (int, error) {
 	var user string
 	fs.StringVar(&user, "u", "", "run as `user`: user (default) or root")
 	fs.StringVar(&user, "user", "", "same as -u")
+	var printURL bool
+	fs.BoolVar(&printURL, "ws-url", false, "print a single-use WebSocket URL for a browser instead of opening the shell")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return c.parseFailed(err)
 	}
 	if len(pos) == 0 {
-		return 2, usagef("usage: airlock shell [-u USER] ID [-- CMD [ARG...]]")
+		return 2, usagef("usage: airlock shell [-u USER] [--ws-url] ID [-- CMD [ARG...]]")
 	}
 	command := shellJoin(pos[1:])
 	cl, err := c.client()
 	if err != nil {
 		return 2, err
+	}
+	if printURL {
+		dctx, cancel := context.WithTimeout(ctx, controlTimeout)
+		tok, err := cl.PTYToken(dctx, pos[0])
+		cancel()
+		if err != nil {
+			return exitCannotRun, friendly(err)
+		}
+		fmt.Fprintln(c.stdout, cl.PTYURL(pos[0], tok.Token, client.PTYOptions{User: user, Command: command}))
+		return 0, nil
 	}
 	inFile, _ := c.stdin.(*os.File)
 	inTTY := inFile != nil && isTerminal(inFile)

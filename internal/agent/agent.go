@@ -70,7 +70,15 @@ type Options struct {
 	// writable layer (an overlayfs upper directory), which ExportChanges
 	// streams. The agent owns it from New on.
 	Changes *os.File
-	Logger  *slog.Logger
+	// End ends the sandbox when its deadline passes (see SetDeadline),
+	// after the agent has killed every process of it: under the native
+	// runtime it exits the agent, PID 1, which ends the PID namespace.
+	// Without it the agent holds no deadline.
+	End func()
+	// Deadline, if set (it needs End), is the sandbox's first deadline,
+	// in the host's wall-clock time (see deadline.go).
+	Deadline time.Time
+	Logger   *slog.Logger
 }
 
 // ExecCgroups creates one cgroup per started process tree. It is
@@ -114,11 +122,12 @@ type ExecUsage struct {
 
 // Agent serves the agent protocol.
 type Agent struct {
-	opts    Options
-	log     *slog.Logger
-	started time.Time
-	procs   *processTable
-	files   *fileService
+	opts     Options
+	log      *slog.Logger
+	started  time.Time
+	procs    *processTable
+	files    *fileService
+	deadline *deadline
 }
 
 // New validates opts and returns an agent ready to Serve.
@@ -147,12 +156,21 @@ func New(opts Options) (*Agent, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if !opts.Deadline.IsZero() && opts.End == nil {
+		return nil, errors.New("agent: a Deadline needs End")
+	}
 	a := &Agent{opts: opts, log: opts.Logger, started: time.Now()}
 	var err error
 	if a.procs, err = newProcessTable(a); err != nil {
 		return nil, err
 	}
 	if a.files, err = newFileService(a); err != nil {
+		_ = a.procs.close()
+		return nil, err
+	}
+	// Last: from here on the deadline may fire, which needs the rest.
+	if a.deadline, err = newDeadline(a, opts.End, opts.Deadline); err != nil {
+		_ = errors.Join(a.procs.close(), a.files.close())
 		return nil, err
 	}
 	return a, nil
@@ -204,18 +222,23 @@ func (a *Agent) Serve(ctx context.Context, ln net.Listener) error {
 	}
 }
 
-// Close stops background work (reaper, watchers). It does not kill
-// processes.
+// Close stops background work (reaper, watchers, the deadline). It does
+// not kill processes.
 func (a *Agent) Close() error {
-	return errors.Join(a.procs.close(), a.files.close())
+	return errors.Join(a.deadline.close(), a.procs.close(), a.files.close())
 }
 
 type infoService struct{ a *Agent }
 
 func (s *infoService) Info(ctx context.Context, _ *connect.Request[agentv1.InfoRequest]) (*connect.Response[agentv1.InfoResponse], error) {
-	return connect.NewResponse(&agentv1.InfoResponse{
+	res := &agentv1.InfoResponse{
 		Version:           Version,
 		StartedAtUnixNano: s.a.started.UnixNano(),
 		Processes:         uint32(s.a.procs.count()),
-	}), nil
+	}
+	if left, ok := s.a.deadline.remaining(); ok {
+		ms := left.Milliseconds()
+		res.DeadlineInMs = &ms
+	}
+	return connect.NewResponse(res), nil
 }

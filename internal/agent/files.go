@@ -5,6 +5,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path"
 	"sort"
@@ -23,11 +24,11 @@ import (
 
 // The file service: reads and writes the sandbox filesystem for the daemon.
 //
-// Every path resolves inside Options.Root (see pathres.go). The agent acts
-// as root inside the sandbox; the requesting user only decides where
-// relative paths start (its home) and, with Options.SwitchUser, who owns
-// the files and directories a request creates. Replacing an existing file
-// keeps its owner.
+// Every path resolves inside Options.Root (see pathres.go). Each request
+// acts with the permissions of the user it names, "" being the sandbox's
+// default user (see files_creds.go): the kernel checks its lookups and
+// changes as that user's, what it creates belongs to that user, and
+// relative paths start at that user's home.
 //
 // Errors name the sandbox path and map errno onto classes as documented
 // on fsErrnoClass.
@@ -71,6 +72,8 @@ type fileService struct {
 	maxList     int
 	changes     *os.File     // writable layer for ExportChanges; nil without one
 	memRoom     MemoryRoomer // the sandbox's memory headroom; nil when unknown
+	rootCaps    capMask      // the capabilities root's requests keep
+	log         *slog.Logger
 
 	mu      sync.Mutex
 	watches map[*fsWatcher]struct{} // active Watch streams
@@ -94,6 +97,8 @@ func newFileService(a *Agent) (*fileService, error) {
 		maxWatches:  fsMaxWatches,
 		maxList:     fsMaxListEntries,
 		changes:     a.opts.Changes,
+		rootCaps:    boundingCaps(),
+		log:         a.log,
 		watches:     make(map[*fsWatcher]struct{}),
 	}, nil
 }
@@ -125,14 +130,15 @@ func (s *fileService) user(name string) (User, error) {
 	return u, nil
 }
 
-// clean validates a request path; relative paths start at the home of
-// the named user.
-func (s *fileService) clean(p, userName string) (string, error) {
-	u, err := s.user(userName)
+// request returns who a request acts as and its path, validated and
+// clean; a relative path starts at that user's home.
+func (s *fileService) request(p, userName string) (fsActor, string, error) {
+	a, err := s.actor(userName)
 	if err != nil {
-		return "", err
+		return fsActor{}, "", err
 	}
-	return fsCleanPath(p, u.Home)
+	p, err = fsCleanPath(p, a.user.Home)
+	return a, p, err
 }
 
 // fsEntry describes a file from its stat.
@@ -239,11 +245,15 @@ func (s *fileService) lstat(p string) (*agentv1.EntryInfo, error) {
 
 // Stat describes a path without following a final symlink.
 func (s *fileService) Stat(ctx context.Context, req *connect.Request[agentv1.StatRequest]) (*connect.Response[agentv1.StatResponse], error) {
-	p, err := s.clean(req.Msg.GetPath(), "")
+	a, p, err := s.request(req.Msg.GetPath(), req.Msg.GetUser())
 	if err != nil {
 		return nil, agentwire.ToConnect(err)
 	}
-	e, err := s.lstat(p)
+	var e *agentv1.EntryInfo
+	err = s.as(a, func() (err error) {
+		e, err = s.lstat(p)
+		return err
+	})
 	if err != nil {
 		return nil, agentwire.ToConnect(fsErr("stat", p, err))
 	}
@@ -253,7 +263,7 @@ func (s *fileService) Stat(ctx context.Context, req *connect.Request[agentv1.Sta
 // ListDir lists a directory (following a symlink at the path itself) to
 // the requested depth, never descending into symlinked directories.
 func (s *fileService) ListDir(ctx context.Context, req *connect.Request[agentv1.ListDirRequest]) (*connect.Response[agentv1.ListDirResponse], error) {
-	p, err := s.clean(req.Msg.GetPath(), "")
+	a, p, err := s.request(req.Msg.GetPath(), req.Msg.GetUser())
 	if err != nil {
 		return nil, agentwire.ToConnect(err)
 	}
@@ -264,13 +274,15 @@ func (s *fileService) ListDir(ctx context.Context, req *connect.Request[agentv1.
 	if depth > fsMaxListDepth {
 		return nil, agentwire.ToConnect(fmt.Errorf("depth %d is more than %d: %w", depth, fsMaxListDepth, errdefs.ErrInvalidArgument))
 	}
-	fd, err := s.res.open(p, unix.O_RDONLY|unix.O_DIRECTORY)
-	if err != nil {
-		return nil, agentwire.ToConnect(fsErr("list", p, err))
-	}
 	l := fsLister{ctx: ctx, max: s.maxList}
-	err = l.walk(fd, p, depth)
-	unix.Close(fd)
+	err = s.as(a, func() error {
+		fd, err := s.res.open(p, unix.O_RDONLY|unix.O_DIRECTORY)
+		if err != nil {
+			return fsErr("list", p, err)
+		}
+		defer unix.Close(fd)
+		return l.walk(fd, p, depth)
+	})
 	if err != nil {
 		return nil, agentwire.ToConnect(err)
 	}
@@ -314,11 +326,13 @@ func (l *fsLister) walk(dirfd int, dir string, depth int) error {
 			continue
 		}
 		// O_NOFOLLOW: a directory swapped for a symlink since the stat is
-		// not followed (ELOOP or ENOTDIR) and simply not descended into.
+		// not followed (ELOOP or ENOTDIR) and simply not descended into;
+		// nor is one the user may not read (it is listed, its entries
+		// are not).
 		sub, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		switch err {
 		case nil:
-		case unix.ENOENT, unix.ELOOP, unix.ENOTDIR:
+		case unix.ENOENT, unix.ELOOP, unix.ENOTDIR, unix.EACCES, unix.EPERM:
 			continue
 		default:
 			return fsErr("list", p, err)
@@ -336,11 +350,7 @@ func (l *fsLister) walk(dirfd int, dir string, depth int) error {
 // existing directory is not an error.
 func (s *fileService) MakeDir(ctx context.Context, req *connect.Request[agentv1.MakeDirRequest]) (*connect.Response[agentv1.MakeDirResponse], error) {
 	m := req.Msg
-	u, err := s.user(m.GetUser())
-	if err != nil {
-		return nil, agentwire.ToConnect(err)
-	}
-	p, err := fsCleanPath(m.GetPath(), u.Home)
+	a, p, err := s.request(m.GetPath(), m.GetUser())
 	if err != nil {
 		return nil, agentwire.ToConnect(err)
 	}
@@ -351,36 +361,45 @@ func (s *fileService) MakeDir(ctx context.Context, req *connect.Request[agentv1.
 	if mode == 0 {
 		mode = fsDefaultDirMode
 	}
-	if m.GetParents() {
-		fd, err := s.mkdirAll(p, mode, u)
-		if err != nil {
-			return nil, agentwire.ToConnect(err)
+	var e *agentv1.EntryInfo
+	err = s.as(a, func() error {
+		if err := s.makeDir(p, mode, m.GetParents()); err != nil {
+			return err
 		}
-		unix.Close(fd)
-	} else {
-		if p == "/" {
-			return nil, agentwire.ToConnect(fsErr("mkdir", p, unix.EEXIST))
-		}
-		pfd, name, err := s.res.openParent(p)
-		if err != nil {
-			return nil, agentwire.ToConnect(fsErr("mkdir", p, err))
-		}
-		err = s.mkdirAt(pfd, name, mode, u)
-		unix.Close(pfd)
-		if err != nil {
-			return nil, agentwire.ToConnect(fsErr("mkdir", p, err))
-		}
-	}
-	e, err := s.lstat(p)
+		var err error
+		e, err = s.lstat(p)
+		return fsErr("mkdir", p, err)
+	})
 	if err != nil {
-		return nil, agentwire.ToConnect(fsErr("mkdir", p, err))
+		return nil, agentwire.ToConnect(err)
 	}
 	return connect.NewResponse(&agentv1.MakeDirResponse{Entry: e}), nil
 }
 
-// mkdirAt creates the directory name in dirfd with exactly mode, owned by
-// u when the service switches users.
-func (s *fileService) mkdirAt(dirfd int, name string, mode uint32, u User) error {
+// makeDir creates the directory p with mode; with parents, missing
+// parents too, and an existing directory is not an error.
+func (s *fileService) makeDir(p string, mode uint32, parents bool) error {
+	if parents {
+		fd, err := s.mkdirAll(p, mode)
+		if err != nil {
+			return err
+		}
+		return unix.Close(fd)
+	}
+	if p == "/" {
+		return fsErr("mkdir", p, unix.EEXIST)
+	}
+	pfd, name, err := s.res.openParent(p)
+	if err != nil {
+		return fsErr("mkdir", p, err)
+	}
+	defer unix.Close(pfd)
+	return fsErr("mkdir", p, mkdirAt(pfd, name, mode))
+}
+
+// mkdirAt creates the directory name in dirfd with exactly mode. It
+// belongs to the thread's filesystem ids: the request's user.
+func mkdirAt(dirfd int, name string, mode uint32) error {
 	if err := unix.Mkdirat(dirfd, name, 0o700); err != nil {
 		return err
 	}
@@ -389,19 +408,14 @@ func (s *fileService) mkdirAt(dirfd int, name string, mode uint32, u User) error
 		return err
 	}
 	defer unix.Close(fd)
-	if s.switchUser {
-		if err := unix.Fchown(fd, int(u.UID), int(u.GID)); err != nil {
-			return err
-		}
-	}
-	return unix.Fchmod(fd, mode) // after chown, and not subject to umask
+	return unix.Fchmod(fd, mode) // not subject to umask
 }
 
 // mkdirAll makes sure the clean path p is a directory, creating missing
 // components (the last with mode, the others 0755), and returns an O_PATH
 // fd of it. Every component is resolved from Root, so symlinks on the way
 // resolve inside Root.
-func (s *fileService) mkdirAll(p string, mode uint32, u User) (int, error) {
+func (s *fileService) mkdirAll(p string, mode uint32) (int, error) {
 	fd, err := s.res.open(p, unix.O_PATH|unix.O_DIRECTORY)
 	if err == nil {
 		return fd, nil
@@ -423,7 +437,7 @@ func (s *fileService) mkdirAll(p string, mode uint32, u User) (int, error) {
 			if i == len(comps)-1 {
 				m = mode
 			}
-			if err = s.mkdirAt(cur, c, m, u); err == nil || err == unix.EEXIST {
+			if err = mkdirAt(cur, c, m); err == nil || err == unix.EEXIST {
 				fd, err = s.res.open(next, unix.O_PATH|unix.O_DIRECTORY)
 			}
 		}
@@ -439,25 +453,38 @@ func (s *fileService) mkdirAll(p string, mode uint32, u User) (int, error) {
 // Move renames a file or directory. Both paths resolve inside Root; an
 // existing destination file is replaced as by rename(2).
 func (s *fileService) Move(ctx context.Context, req *connect.Request[agentv1.MoveRequest]) (*connect.Response[agentv1.MoveResponse], error) {
-	src, err := s.clean(req.Msg.GetSource(), "")
+	a, src, err := s.request(req.Msg.GetSource(), req.Msg.GetUser())
 	if err != nil {
 		return nil, agentwire.ToConnect(err)
 	}
-	dst, err := s.clean(req.Msg.GetDestination(), "")
+	dst, err := fsCleanPath(req.Msg.GetDestination(), a.user.Home)
 	if err != nil {
 		return nil, agentwire.ToConnect(err)
 	}
 	if src == "/" || dst == "/" {
 		return nil, agentwire.ToConnect(fsInvalid("move", "/", "cannot move the root directory"))
 	}
+	var e *agentv1.EntryInfo
+	err = s.as(a, func() (err error) {
+		e, err = s.move(src, dst)
+		return err
+	})
+	if err != nil {
+		return nil, agentwire.ToConnect(err)
+	}
+	return connect.NewResponse(&agentv1.MoveResponse{Entry: e}), nil
+}
+
+// move renames the clean path src to dst and describes dst.
+func (s *fileService) move(src, dst string) (*agentv1.EntryInfo, error) {
 	sfd, sname, err := s.res.openParent(src)
 	if err != nil {
-		return nil, agentwire.ToConnect(fsErr("move", src, err))
+		return nil, fsErr("move", src, err)
 	}
 	defer unix.Close(sfd)
 	dfd, dname, err := s.res.openParent(dst)
 	if err != nil {
-		return nil, agentwire.ToConnect(fsErr("move", dst, err))
+		return nil, fsErr("move", dst, err)
 	}
 	defer unix.Close(dfd)
 	if err := unix.Renameat2(sfd, sname, dfd, dname, 0); err != nil {
@@ -465,50 +492,53 @@ func (s *fileService) Move(ctx context.Context, req *connect.Request[agentv1.Mov
 		if err == unix.EISDIR || err == unix.ENOTEMPTY || err == unix.EEXIST {
 			p = dst
 		}
-		return nil, agentwire.ToConnect(fsErr("move", p, err))
+		return nil, fsErr("move", p, err)
 	}
 	e, err := fsLstatAt(dfd, dname, dst)
-	if err != nil {
-		return nil, agentwire.ToConnect(fsErr("move", dst, err))
-	}
-	return connect.NewResponse(&agentv1.MoveResponse{Entry: e}), nil
+	return e, fsErr("move", dst, err)
 }
 
 // Remove deletes a file, symlink (not its target) or, with recursive, a
 // directory tree. Removing "/" is refused.
 func (s *fileService) Remove(ctx context.Context, req *connect.Request[agentv1.RemoveRequest]) (*connect.Response[agentv1.RemoveResponse], error) {
-	p, err := s.clean(req.Msg.GetPath(), "")
+	a, p, err := s.request(req.Msg.GetPath(), req.Msg.GetUser())
 	if err != nil {
 		return nil, agentwire.ToConnect(err)
 	}
 	if p == "/" {
 		return nil, agentwire.ToConnect(fsInvalid("remove", p, "refusing to remove the root directory"))
 	}
+	err = s.as(a, func() error { return s.remove(ctx, p, req.Msg.GetRecursive()) })
+	if err != nil {
+		return nil, agentwire.ToConnect(err)
+	}
+	return connect.NewResponse(&agentv1.RemoveResponse{}), nil
+}
+
+// remove deletes the clean path p (not "/").
+func (s *fileService) remove(ctx context.Context, p string, recursive bool) error {
 	pfd, name, err := s.res.openParent(p)
 	if err != nil {
-		return nil, agentwire.ToConnect(fsErr("remove", p, err))
+		return fsErr("remove", p, err)
 	}
 	defer unix.Close(pfd)
 	var st unix.Stat_t
 	if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return nil, agentwire.ToConnect(fsErr("remove", p, err))
+		return fsErr("remove", p, err)
 	}
 	switch {
 	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
 		err = unix.Unlinkat(pfd, name, 0)
-	case !req.Msg.GetRecursive():
+	case !recursive:
 		err = unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR)
 		if err == unix.ENOTEMPTY || err == unix.EEXIST {
-			return nil, agentwire.ToConnect(&fsError{op: "remove", path: p,
-				err: fmt.Errorf("directory not empty (remove it recursively)"), class: errdefs.ErrFailedPrecondition})
+			return &fsError{op: "remove", path: p,
+				err: fmt.Errorf("directory not empty (remove it recursively)"), class: errdefs.ErrFailedPrecondition}
 		}
 	default:
 		err = fsRemoveTree(ctx, pfd, name, 0)
 	}
-	if err != nil {
-		return nil, agentwire.ToConnect(fsErr("remove", p, err))
-	}
-	return connect.NewResponse(&agentv1.RemoveResponse{}), nil
+	return fsErr("remove", p, err)
 }
 
 // fsRemoveTree removes name in dirfd and, if it is a directory, everything
@@ -585,7 +615,7 @@ func fsEmptyDir(ctx context.Context, fd int, depth int) error {
 // Chmod sets the permission bits (07777) of a file or directory. Symlinks
 // are refused rather than followed.
 func (s *fileService) Chmod(ctx context.Context, req *connect.Request[agentv1.ChmodRequest]) (*connect.Response[agentv1.ChmodResponse], error) {
-	p, err := s.clean(req.Msg.GetPath(), "")
+	a, p, err := s.request(req.Msg.GetPath(), req.Msg.GetUser())
 	if err != nil {
 		return nil, agentwire.ToConnect(err)
 	}
@@ -593,7 +623,21 @@ func (s *fileService) Chmod(ctx context.Context, req *connect.Request[agentv1.Ch
 	if mode&^fsModeMask != 0 {
 		return nil, agentwire.ToConnect(fsInvalid("chmod", p, fmt.Sprintf("mode %#o has bits outside 07777", mode)))
 	}
+	var e *agentv1.EntryInfo
+	err = s.as(a, func() (err error) {
+		e, err = s.chmod(p, mode)
+		return err
+	})
+	if err != nil {
+		return nil, agentwire.ToConnect(err)
+	}
+	return connect.NewResponse(&agentv1.ChmodResponse{Entry: e}), nil
+}
+
+// chmod sets the mode of the clean path p and describes it.
+func (s *fileService) chmod(p string, mode uint32) (*agentv1.EntryInfo, error) {
 	var fd int
+	var err error
 	if p == "/" {
 		fd, err = s.res.open(p, unix.O_PATH|unix.O_DIRECTORY)
 	} else {
@@ -605,27 +649,27 @@ func (s *fileService) Chmod(ctx context.Context, req *connect.Request[agentv1.Ch
 		}
 	}
 	if err != nil {
-		return nil, agentwire.ToConnect(fsErr("chmod", p, err))
+		return nil, fsErr("chmod", p, err)
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, agentwire.ToConnect(fsErr("chmod", p, err))
+		return nil, fsErr("chmod", p, err)
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-		return nil, agentwire.ToConnect(fsInvalid("chmod", p, "is a symlink"))
+		return nil, fsInvalid("chmod", p, "is a symlink")
 	}
 	if err := fsChmodFD(fd, mode); err != nil {
-		return nil, agentwire.ToConnect(fsErr("chmod", p, err))
+		return nil, fsErr("chmod", p, err)
 	}
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, agentwire.ToConnect(fsErr("chmod", p, err))
+		return nil, fsErr("chmod", p, err)
 	}
 	e := fsEntry(p, &st, "")
 	if p == "/" {
 		e.Name = "/"
 	}
-	return connect.NewResponse(&agentv1.ChmodResponse{Entry: e}), nil
+	return e, nil
 }
 
 // fsChmodFD changes the mode of the file an O_PATH fd refers to: with

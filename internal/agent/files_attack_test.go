@@ -325,3 +325,104 @@ func TestFilesAttackSwapRace(t *testing.T) {
 		t.Fatalf("the race did not run: %d ops, %d swaps", ops, swaps.Load())
 	}
 }
+
+// TestFilesAttackSwapAsUser races requests of the default (non-root) user
+// against a sandboxed process that swaps the directory and the file they
+// name for symlinks to /etc, /etc/passwd and /root/secret. Whatever the
+// interleaving, every lookup and change is the user's: nothing lands in
+// /etc, /etc/passwd keeps its content, mode and owner, and root's secret
+// is never read. (When the agent acted as root, these writes replaced
+// /etc/passwd.)
+func TestFilesAttackSwapAsUser(t *testing.T) {
+	h := newUserHarness(t)
+	ctx := fsTestCtx(t)
+	home := h.host("/home/user")
+	if err := os.Mkdir(filepath.Join(home, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h.put(t, "/home/user/f", "mine")
+	h.put(t, "/home/user/s", "mine")
+	for _, p := range []string{"d", "f", "s"} {
+		if err := os.Lchown(filepath.Join(home, p), fsUserUID, fsUserGID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.symlink(t, "/etc", "/home/user/dl")
+	h.symlink(t, "/etc/passwd", "/home/user/fl")
+	h.symlink(t, "../../root/secret", "/home/user/sl")
+	hfd, err := unix.Open(home, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(hfd)
+
+	var stop atomic.Bool
+	var swaps atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		pairs := [][2]string{{"d", "dl"}, {"f", "fl"}, {"s", "sl"}}
+		for i := 0; !stop.Load(); i++ {
+			p := pairs[i%len(pairs)]
+			if err := unix.Renameat2(hfd, p[0], hfd, p[1], unix.RENAME_EXCHANGE); err == nil {
+				swaps.Add(1)
+			}
+		}
+	}()
+
+	deadline := time.Now().Add(time.Second)
+	ops, landed, leaked := 0, 0, 0
+	for ; time.Now().Before(deadline); ops++ {
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		var err error
+		switch ops % 8 {
+		case 0:
+			_, err = h.writeString(c, "f", "pwned", agentclient.WriteOptions{})
+		case 1:
+			_, err = h.writeString(c, "d/passwd", "pwned", agentclient.WriteOptions{})
+		case 2:
+			_, err = h.writeString(c, "f", "pwned", agentclient.WriteOptions{Append: true})
+		case 3:
+			_, err = h.writeString(c, "d/new", "pwned", agentclient.WriteOptions{MakeParents: true})
+		case 4:
+			_, err = h.client.Chmod(c, "f", 0o666)
+		case 5:
+			err = h.client.Remove(c, "d/passwd", false)
+		case 6:
+			_, err = h.client.Move(c, "d/passwd", "moved")
+		case 7:
+			var got string
+			got, err = h.readString(c, "s")
+			if strings.Contains(got, "secret") {
+				leaked++
+			}
+		}
+		if err == nil {
+			landed++
+		}
+		cancel()
+	}
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("%d operations (%d succeeded), %d swaps", ops, landed, swaps.Load())
+	if leaked > 0 {
+		t.Errorf("read root's secret %d times during the race", leaked)
+	}
+	if swaps.Load() < 100 || ops < 100 || landed == 0 {
+		t.Fatalf("the race did not run: %d ops (%d succeeded), %d swaps", ops, landed, swaps.Load())
+	}
+	if got := h.read(t, "/etc/passwd"); got != fsPasswd {
+		t.Errorf("/etc/passwd holds %q", got)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(h.host("/etc/passwd"), &st); err != nil || st.Uid != 0 || st.Mode&0o7777 != 0o644 {
+		t.Errorf("/etc/passwd: uid %d mode %#o, %v", st.Uid, st.Mode&0o7777, err)
+	}
+	if ents, err := os.ReadDir(h.host("/etc")); err != nil || len(ents) != 1 {
+		t.Errorf("/etc holds %v, %v; want passwd only", ents, err)
+	}
+	if got := h.read(t, "/root/secret"); got != fsRootOnly {
+		t.Errorf("root's secret holds %q", got)
+	}
+}

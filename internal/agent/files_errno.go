@@ -46,8 +46,16 @@ func fsErr(op, p string, err error) error {
 	if !errors.As(err, &errno) {
 		return &fsError{op: op, path: p, err: errors.New("failed"), class: errdefs.ErrInternal}
 	}
-	return &fsError{op: op, path: p, err: errno, class: fsErrnoClass(errno)}
+	var cause error = errno
+	if errno == unix.ENOSPC || errno == unix.EDQUOT {
+		cause = fmt.Errorf("%w: %s", errno, diskFullAdvice)
+	}
+	return &fsError{op: op, path: p, err: cause, class: fsErrnoClass(errno)}
 }
+
+// diskFullAdvice follows "no space left on device" in errors: the
+// sandbox's files live on its own disk, sized by its disk limit.
+const diskFullAdvice = "the sandbox's disk is full; delete files, or create the sandbox with a larger disk limit (limits.disk_mb)"
 
 // fsInvalid reports a request that cannot apply to the sandbox path p.
 func fsInvalid(op, p, why string) error {
@@ -61,7 +69,9 @@ func fsInvalid(op, p, why string) error {
 // a file is needed, a symlink loop, an over-long name) are
 // InvalidArgument; errors that depend on state that may change (a
 // directory that is not empty, a busy mount point, a cross-device move)
-// are FailedPrecondition.
+// are FailedPrecondition. A full disk (or a file larger than it) is
+// FailedPrecondition too, not ResourceExhausted (429, which clients retry
+// on their own): it stays full until the caller deletes files.
 func fsErrnoClass(errno unix.Errno) error {
 	switch errno {
 	case unix.ENOENT:
@@ -70,7 +80,9 @@ func fsErrnoClass(errno unix.Errno) error {
 		return errdefs.ErrAlreadyExists
 	case unix.EACCES, unix.EPERM, unix.EROFS:
 		return errdefs.ErrPermissionDenied
-	case unix.ENOSPC, unix.EDQUOT, unix.EFBIG, unix.EMFILE, unix.ENFILE, unix.ENOMEM, unix.EMLINK:
+	case unix.ENOSPC, unix.EDQUOT, unix.EFBIG:
+		return errdefs.ErrFailedPrecondition
+	case unix.EMFILE, unix.ENFILE, unix.ENOMEM, unix.EMLINK:
 		return errdefs.ErrResourceExhausted
 	case unix.ENOTDIR, unix.EISDIR, unix.ELOOP, unix.ENAMETOOLONG, unix.EINVAL:
 		return errdefs.ErrInvalidArgument

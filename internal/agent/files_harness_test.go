@@ -50,8 +50,12 @@ func newFSHarness(tb testing.TB, mutate ...func(*Options)) *fsHarness {
 	if err := os.WriteFile(filepath.Join(outside, "sub", "keep"), []byte("keep"), 0o644); err != nil {
 		tb.Fatal(err)
 	}
+	// As root the file service switches credentials for every request
+	// (to the test's own uid 0 and capabilities unless a test names
+	// another user), so every test goes through that path.
 	opts := Options{
-		Root: root,
+		Root:       root,
+		SwitchUser: os.Geteuid() == 0,
 		Users: map[string]User{
 			"user": {Name: "user", UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Home: "/home/user"},
 			"root": {Name: "root", UID: 0, GID: 0, Home: "/root"},

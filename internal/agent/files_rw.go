@@ -22,7 +22,7 @@ import (
 // of fsChunkSize; the first message carries the entry. Directories, FIFOs,
 // devices and sockets are refused.
 func (s *fileService) Read(ctx context.Context, req *connect.Request[agentv1.ReadRequest], stream *connect.ServerStream[agentv1.ReadResponse]) error {
-	p, err := s.clean(req.Msg.GetPath(), "")
+	a, p, err := s.request(req.Msg.GetPath(), req.Msg.GetUser())
 	if err != nil {
 		return agentwire.ToConnect(err)
 	}
@@ -30,24 +30,18 @@ func (s *fileService) Read(ctx context.Context, req *connect.Request[agentv1.Rea
 	if off < 0 || limit < 0 {
 		return agentwire.ToConnect(fsInvalid("read", p, "offset and limit must not be negative"))
 	}
-	// O_NONBLOCK keeps a FIFO from blocking the open; O_NOCTTY keeps a
-	// terminal from becoming ours. Both are refused below.
-	fd, err := s.res.open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
+	// The open runs as the user; reading the open file needs no more
+	// permission checks.
+	fd := -1
+	var st unix.Stat_t
+	err = s.as(a, func() (err error) {
+		fd, err = openRegular(s.res, p, &st)
+		return err
+	})
 	if err != nil {
-		return agentwire.ToConnect(fsErr("read", p, err))
+		return agentwire.ToConnect(err)
 	}
 	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return agentwire.ToConnect(fsErr("read", p, err))
-	}
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFREG:
-	case unix.S_IFDIR:
-		return agentwire.ToConnect(fsErr("read", p, unix.EISDIR))
-	default:
-		return agentwire.ToConnect(fsInvalid("read", p, "not a regular file"))
-	}
 	first := &agentv1.ReadResponse{Entry: fsEntry(p, &st, "")}
 	buf := make([]byte, fsChunkSize)
 	for {
@@ -92,11 +86,35 @@ func (s *fileService) Read(ctx context.Context, req *connect.Request[agentv1.Rea
 	}
 }
 
+// openRegular opens the clean path p for reading, following symlinks
+// inside Root, and fills st; anything but a regular file is refused.
+func openRegular(res *fsResolver, p string, st *unix.Stat_t) (int, error) {
+	// O_NONBLOCK keeps a FIFO from blocking the open; O_NOCTTY keeps a
+	// terminal from becoming ours. Both are refused below.
+	fd, err := res.open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
+	if err != nil {
+		return -1, fsErr("read", p, err)
+	}
+	if err := unix.Fstat(fd, st); err != nil {
+		unix.Close(fd)
+		return -1, fsErr("read", p, err)
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return fd, nil
+	case unix.S_IFDIR:
+		err = fsErr("read", p, unix.EISDIR)
+	default:
+		err = fsInvalid("read", p, "not a regular file")
+	}
+	unix.Close(fd)
+	return -1, err
+}
+
 // fsWriteHeader is the validated header of a Write stream.
 type fsWriteHeader struct {
 	path    string // clean sandbox path as requested
 	mode    uint32 // 0 means: keep the old file's, or fsDefaultFileMode
-	user    User
 	parents bool
 	append  bool
 }
@@ -106,7 +124,10 @@ type fsWriteHeader struct {
 // the stream ends cleanly, so readers see the old or the new content and a
 // failed or cancelled write leaves the old file untouched and no temporary
 // file behind. A final-component symlink is followed inside Root; the
-// file it finally names must be a regular file or not exist.
+// file it finally names must be a regular file or not exist. Everything
+// but the copying of data runs as the request's user (files_creds.go):
+// the file is opened, created, renamed or removed with that user's
+// permissions, and the data goes through the descriptor it opened.
 func (s *fileService) Write(ctx context.Context, stream *connect.ClientStream[agentv1.WriteRequest]) (*connect.Response[agentv1.WriteResponse], error) {
 	if !stream.Receive() {
 		if err := stream.Err(); err != nil {
@@ -115,45 +136,41 @@ func (s *fileService) Write(ctx context.Context, stream *connect.ClientStream[ag
 		return nil, agentwire.ToConnect(fmt.Errorf("write: the stream carried no header: %w", errdefs.ErrInvalidArgument))
 	}
 	m := stream.Msg()
-	u, err := s.user(m.GetUser())
+	a, p, err := s.request(m.GetPath(), m.GetUser())
 	if err != nil {
 		return nil, agentwire.ToConnect(err)
 	}
-	p, err := fsCleanPath(m.GetPath(), u.Home)
-	if err != nil {
-		return nil, agentwire.ToConnect(err)
-	}
-	h := fsWriteHeader{path: p, mode: m.GetMode(), user: u, parents: m.GetMakeParents(), append: m.GetAppend()}
+	h := fsWriteHeader{path: p, mode: m.GetMode(), parents: m.GetMakeParents(), append: m.GetAppend()}
 	if h.mode&^fsModeMask != 0 {
 		return nil, agentwire.ToConnect(fsInvalid("write", p, fmt.Sprintf("mode %#o has bits outside 07777", h.mode)))
 	}
 	if p == "/" {
 		return nil, agentwire.ToConnect(fsErr("write", p, unix.EISDIR))
 	}
-	if h.parents {
-		fd, err := s.mkdirAll(path.Dir(p), fsDefaultDirMode, u)
+	var w *fsWrite
+	err = s.as(a, func() (err error) {
+		w, err = s.beginWrite(h)
+		return err
+	})
+	if err != nil {
+		return nil, agentwire.ToConnect(err)
+	}
+	n, err := s.copyStream(ctx, w.fd, m.GetData(), stream, w.t.path)
+	var e *agentv1.EntryInfo
+	ferr := s.as(a, func() (ferr error) {
 		if err != nil {
-			return nil, agentwire.ToConnect(err)
+			w.abort()
+			return nil
 		}
-		unix.Close(fd)
-	}
-	t, err := s.writeTarget(p)
-	if err != nil {
-		return nil, agentwire.ToConnect(err)
-	}
-	defer unix.Close(t.dirfd)
-	var n uint64
-	if h.append {
-		n, err = s.writeAppend(ctx, stream, m.GetData(), t, h)
-	} else {
-		n, err = s.writeReplace(ctx, stream, m.GetData(), t, h)
+		e, ferr = w.finish()
+		return ferr
+	})
+	w.release() // in case the credentials could not be taken
+	if err == nil {
+		err = ferr
 	}
 	if err != nil {
 		return nil, agentwire.ToConnect(err)
-	}
-	e, err := fsLstatAt(t.dirfd, t.name, t.path)
-	if err != nil {
-		return nil, agentwire.ToConnect(fsErr("write", t.path, err))
 	}
 	return connect.NewResponse(&agentv1.WriteResponse{Entry: e, BytesWritten: n}), nil
 }
@@ -222,85 +239,156 @@ func (s *fileService) writeTarget(p string) (fsWriteTarget, error) {
 	return fsWriteTarget{}, fsErr("write", p, unix.ELOOP)
 }
 
-// writeReplace writes the stream to a temporary file in the target's
-// directory and renames it over the target.
-func (s *fileService) writeReplace(ctx context.Context, stream *connect.ClientStream[agentv1.WriteRequest], first []byte, t fsWriteTarget, h fsWriteHeader) (uint64, error) {
+// fsWrite is a Write in progress: the descriptor the data goes to and
+// what becomes of it at the end.
+type fsWrite struct {
+	t    fsWriteTarget
+	fd   int    // the temporary file, or the target when appending
+	tmp  string // the temporary file's name in t.dirfd; "" when appending
+	mode uint32 // the mode the temporary file gets before the rename
+}
+
+// beginWrite makes the parents (if asked), finds the target and opens the
+// file the data goes to: a new temporary file next to the target, or the
+// target itself when appending.
+func (s *fileService) beginWrite(h fsWriteHeader) (*fsWrite, error) {
+	if h.parents {
+		fd, err := s.mkdirAll(path.Dir(h.path), fsDefaultDirMode)
+		if err != nil {
+			return nil, err
+		}
+		unix.Close(fd)
+	}
+	t, err := s.writeTarget(h.path)
+	if err != nil {
+		return nil, err
+	}
+	w := &fsWrite{t: t, fd: -1}
+	if h.append {
+		const flags = unix.O_WRONLY | unix.O_APPEND | unix.O_NOFOLLOW | unix.O_NOCTTY | unix.O_NONBLOCK | unix.O_CLOEXEC
+		w.fd, err = openAppend(t, h, flags)
+	} else {
+		err = w.createTemp(h)
+	}
+	if err != nil {
+		w.abort()
+		return nil, err
+	}
+	return w, nil
+}
+
+// createTemp creates the temporary file next to the target. Replacing a
+// file needs write permission on it as well as on its directory: a
+// request never replaces a file its user could not write. The new file
+// keeps the owner and the permission bits (but not setuid/setgid) of the
+// file it replaces unless told otherwise; where the user may not give the
+// file away (without CAP_CHOWN), it stays the user's, in the old file's
+// group if the user is in that group.
+func (w *fsWrite) createTemp(h fsWriteHeader) error {
+	t := w.t
+	if t.old != nil {
+		if err := unix.Faccessat2(t.dirfd, t.name, unix.W_OK, unix.AT_EACCESS|unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fsErr("write", t.path, err)
+		}
+	}
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := ".airlock-write-" + hex.EncodeToString(rnd[:]) + ".tmp"
 	fd, err := unix.Openat(t.dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return 0, fsErr("write", t.path, err)
+		return fsErr("write", t.path, err)
 	}
-	done := false
-	defer func() {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-		if !done {
-			_ = unix.Unlinkat(t.dirfd, tmp, 0)
-		}
-	}()
-	mode := h.mode
-	uid, gid := int(h.user.UID), int(h.user.GID)
+	w.fd, w.tmp = fd, tmp
+	w.mode = h.mode
 	if t.old != nil {
-		// A replacement keeps the owner and the permission bits (but not
-		// setuid/setgid) of the file it replaces unless told otherwise.
-		uid, gid = int(t.old.Uid), int(t.old.Gid)
-		if mode == 0 {
-			mode = t.old.Mode & 0o1777
+		if w.mode == 0 {
+			w.mode = t.old.Mode & 0o1777
+		}
+		var st unix.Stat_t
+		err := unix.Fstat(fd, &st)
+		if err == nil && (st.Uid != t.old.Uid || st.Gid != t.old.Gid) {
+			if err = unix.Fchown(fd, int(t.old.Uid), int(t.old.Gid)); err == unix.EPERM {
+				// Not the user's to give away: keep at least the group,
+				// if the user is in it.
+				if err = unix.Fchown(fd, -1, int(t.old.Gid)); err == unix.EPERM {
+					err = nil
+				}
+			}
+		}
+		if err != nil {
+			w.abort()
+			return fsErr("write", t.path, err)
 		}
 	}
-	if mode == 0 {
-		mode = fsDefaultFileMode
+	if w.mode == 0 {
+		w.mode = fsDefaultFileMode
 	}
-	if s.switchUser {
-		if err := unix.Fchown(fd, uid, gid); err != nil {
-			return 0, fsErr("write", t.path, err)
-		}
-	}
-	n, err := s.copyStream(ctx, fd, first, stream, t.path)
-	if err != nil {
-		return n, err
-	}
-	if err := unix.Fchmod(fd, mode); err != nil {
-		return n, fsErr("write", t.path, err)
-	}
-	err = unix.Close(fd)
-	fd = -1
-	if err != nil {
-		return n, fsErr("write", t.path, err)
-	}
-	if err := unix.Renameat(t.dirfd, tmp, t.dirfd, t.name); err != nil {
-		return n, fsErr("write", t.path, err)
-	}
-	done = true
-	return n, nil
+	return nil
 }
 
-// writeAppend appends the stream to the target in place, creating it if
-// it does not exist. A failed append keeps what was written.
-func (s *fileService) writeAppend(ctx context.Context, stream *connect.ClientStream[agentv1.WriteRequest], first []byte, t fsWriteTarget, h fsWriteHeader) (uint64, error) {
-	const flags = unix.O_WRONLY | unix.O_APPEND | unix.O_NOFOLLOW | unix.O_NOCTTY | unix.O_NONBLOCK | unix.O_CLOEXEC
-	fd, err := s.openAppend(t, h, flags)
+// finish completes the write: the temporary file gets its mode and is
+// renamed over the target. It returns the target's entry.
+func (w *fsWrite) finish() (*agentv1.EntryInfo, error) {
+	t := w.t
+	if w.tmp != "" {
+		if err := unix.Fchmod(w.fd, w.mode); err != nil {
+			w.abort()
+			return nil, fsErr("write", t.path, err)
+		}
+	}
+	err := unix.Close(w.fd)
+	w.fd = -1
+	if err == nil && w.tmp != "" {
+		err = unix.Renameat(t.dirfd, w.tmp, t.dirfd, t.name)
+	}
 	if err != nil {
-		return 0, err
+		w.abort()
+		return nil, fsErr("write", t.path, err)
 	}
-	n, err := s.copyStream(ctx, fd, first, stream, t.path)
-	if cerr := unix.Close(fd); err == nil && cerr != nil {
-		err = fsErr("write", t.path, cerr)
+	w.tmp = "" // renamed
+	defer w.release()
+	e, err := fsLstatAt(t.dirfd, t.name, t.path)
+	return e, fsErr("write", t.path, err)
+}
+
+// abort removes the temporary file and releases the descriptors. A
+// failed append keeps what was written.
+func (w *fsWrite) abort() {
+	if w.fd >= 0 {
+		unix.Close(w.fd)
+		w.fd = -1
 	}
-	return n, err
+	if w.tmp != "" {
+		_ = unix.Unlinkat(w.t.dirfd, w.tmp, 0)
+		w.tmp = ""
+	}
+	w.release()
+}
+
+// release closes the descriptors the write still holds.
+func (w *fsWrite) release() {
+	if w.fd >= 0 {
+		unix.Close(w.fd)
+		w.fd = -1
+	}
+	if w.t.dirfd >= 0 {
+		unix.Close(w.t.dirfd)
+		w.t.dirfd = -1
+	}
 }
 
 // openAppend opens (or creates) the target for appending.
-func (s *fileService) openAppend(t fsWriteTarget, h fsWriteHeader, flags int) (int, error) {
+func openAppend(t fsWriteTarget, h fsWriteHeader, flags int) (int, error) {
 	if t.old == nil {
 		fd, err := unix.Openat(t.dirfd, t.name, flags|unix.O_CREAT|unix.O_EXCL, 0o600)
 		if err != nil {
 			return -1, fsErr("write", t.path, err)
 		}
-		if err := s.initNewFile(fd, h); err != nil {
+		mode := h.mode
+		if mode == 0 {
+			mode = fsDefaultFileMode
+		}
+		if err := unix.Fchmod(fd, mode); err != nil {
 			unix.Close(fd)
 			return -1, fsErr("write", t.path, err)
 		}
@@ -322,20 +410,6 @@ func (s *fileService) openAppend(t fsWriteTarget, h fsWriteHeader, flags int) (i
 		return -1, fsInvalid("write", t.path, "not a regular file")
 	}
 	return fd, nil
-}
-
-// initNewFile gives a file the append path created its owner and mode.
-func (s *fileService) initNewFile(fd int, h fsWriteHeader) error {
-	if s.switchUser {
-		if err := unix.Fchown(fd, int(h.user.UID), int(h.user.GID)); err != nil {
-			return err
-		}
-	}
-	mode := h.mode
-	if mode == 0 {
-		mode = fsDefaultFileMode
-	}
-	return unix.Fchmod(fd, mode)
 }
 
 // copyStream writes first and then the data of every further message to

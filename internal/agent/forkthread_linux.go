@@ -36,71 +36,108 @@ import (
 // thread is locked while they differ and gets its own back before it is
 // unlocked (or, should that fail, ends with its goroutine).
 
+// capMask is a set of capabilities: bit n%32 of word n/32 is capability
+// n, as in the kernel's capability structures.
+type capMask [2]uint32
+
+// capsOf returns the mask of caps.
+func capsOf(caps ...uint) capMask {
+	var m capMask
+	for _, c := range caps {
+		m[c/32] |= 1 << (c % 32)
+	}
+	return m
+}
+
 // forkCaps are the capabilities the forking thread keeps effective: the
 // child's setgroups, setgid and setuid need them.
-var forkCaps = [...]uint{unix.CAP_SETGID, unix.CAP_SETUID}
+var forkCaps = capsOf(unix.CAP_SETGID, unix.CAP_SETUID)
 
-// threadCreds are the credentials of the calling thread that forkAs
+// threadCreds are the credentials of the calling thread that dropToUser
 // changes, to be restored.
 type threadCreds struct {
 	hdr    unix.CapUserHeader
-	caps   [2]unix.CapUserData
+	caps   [2]unix.CapUserData // as found
+	narrow [2]unix.CapUserData // as dropToUser left them
 	groups []int
 	ids    bool // the filesystem ids and groups were changed
 }
 
 // dropToUser narrows the calling (locked) thread's effective capabilities
-// to forkCaps and, with ids, takes u's filesystem ids and groups.
-func dropToUser(u User, ids bool) (*threadCreds, error) {
+// to keep and, with ids, takes u's filesystem ids and groups. The ids go
+// first, while CAP_SETUID and CAP_SETGID are still effective. (Taking a
+// non-zero filesystem uid also makes the kernel clear the filesystem
+// capabilities, CAP_DAC_OVERRIDE, CAP_FOWNER and the others, from the
+// effective set; the narrowing below does not rely on it.) On an error
+// with non-nil creds the thread may be left changed: it must end with its
+// goroutine.
+func dropToUser(u User, ids bool, keep capMask) (*threadCreds, error) {
 	c := &threadCreds{hdr: unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}}
 	if err := unix.Capget(&c.hdr, &c.caps[0]); err != nil {
 		return nil, fmt.Errorf("capget: %w", err)
 	}
-	narrow := c.caps
-	var keep [2]uint32
-	for _, cp := range forkCaps {
-		keep[cp/32] |= 1 << (cp % 32)
+	c.narrow = c.caps
+	for i := range c.narrow {
+		c.narrow[i].Effective &= keep[i]
 	}
-	for i := range narrow {
-		narrow[i].Effective &= keep[i]
+	if ids {
+		groups, err := unix.Getgroups()
+		if err != nil {
+			return nil, fmt.Errorf("getgroups: %w", err)
+		}
+		c.groups, c.ids = groups, true
+		gids := make([]int, len(u.Groups))
+		for i, g := range u.Groups {
+			gids[i] = int(g)
+		}
+		// x/sys/unix makes these calls on the calling thread only
+		// (package syscall would change every thread of the agent).
+		if err := unix.Setgroups(gids); err != nil {
+			return c, errors.Join(fmt.Errorf("setgroups: %w", err), c.restore())
+		}
+		if err := setFSIDs(int(u.UID), int(u.GID)); err != nil {
+			return c, errors.Join(err, c.restore())
+		}
 	}
 	hdr := c.hdr
-	if err := unix.Capset(&hdr, &narrow[0]); err != nil {
-		return nil, fmt.Errorf("capset: %w", err)
-	}
-	if !ids {
-		return c, nil
-	}
-	groups, err := unix.Getgroups()
-	if err != nil {
-		return c, errors.Join(fmt.Errorf("getgroups: %w", err), c.restore())
-	}
-	c.groups, c.ids = groups, true
-	gids := make([]int, len(u.Groups))
-	for i, g := range u.Groups {
-		gids[i] = int(g)
-	}
-	// x/sys/unix makes these calls on the calling thread only (package
-	// syscall would change every thread of the agent).
-	if err := unix.Setgroups(gids); err != nil {
-		return c, errors.Join(fmt.Errorf("setgroups: %w", err), c.restore())
-	}
-	if err := setFSIDs(int(u.UID), int(u.GID)); err != nil {
-		return c, errors.Join(err, c.restore())
+	if err := unix.Capset(&hdr, &c.narrow[0]); err != nil {
+		return c, errors.Join(fmt.Errorf("capset: %w", err), c.restore())
 	}
 	return c, nil
 }
 
-// restore gives the thread back the credentials dropToUser found. The
-// filesystem uid goes first: returning it to 0 puts the filesystem
-// capabilities back, and CAP_SETGID was never dropped.
+// restore gives the thread back the credentials dropToUser found: the
+// filesystem ids first (the agent's own ids need no capability), then the
+// capabilities (raising what the permitted set holds needs none either),
+// which gives setgroups its CAP_SETGID whatever was kept.
 func (c *threadCreds) restore() error {
-	errs := []error{c.restoreIDs()}
-	hdr := c.hdr
-	if err := unix.Capset(&hdr, &c.caps[0]); err != nil {
-		errs = append(errs, fmt.Errorf("capset: %w", err))
+	if !c.ids {
+		return c.setCaps(&c.caps)
 	}
-	return errors.Join(errs...)
+	var errs []error
+	if err := setFSIDs(0, 0); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.setCaps(&c.caps); err != nil {
+		errs = append(errs, err)
+	}
+	if err := unix.Setgroups(c.groups); err != nil {
+		errs = append(errs, fmt.Errorf("setgroups: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	c.ids = false
+	return nil
+}
+
+// setCaps makes caps the thread's capabilities.
+func (c *threadCreds) setCaps(caps *[2]unix.CapUserData) error {
+	hdr := c.hdr
+	if err := unix.Capset(&hdr, &caps[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
 }
 
 // setFSIDs sets the calling thread's filesystem gid and uid. setfsuid and
@@ -118,9 +155,23 @@ func setFSIDs(uid, gid int) error {
 	return nil
 }
 
-// restoreIDs gives the thread back its filesystem ids and groups, keeping
-// the narrowed capabilities.
+// restoreIDs gives the thread back its filesystem ids and groups (it
+// needs CAP_SETGID effective), keeping the narrowed capabilities: a
+// filesystem uid that returns to 0 makes the kernel raise the filesystem
+// capabilities from the permitted set again, so the narrowed set is
+// applied once more.
 func (c *threadCreds) restoreIDs() error {
+	if !c.ids {
+		return nil
+	}
+	if err := c.resetIDs(); err != nil {
+		return err
+	}
+	return c.setCaps(&c.narrow)
+}
+
+// resetIDs gives the thread back its filesystem ids and groups.
+func (c *threadCreds) resetIDs() error {
 	if !c.ids {
 		return nil
 	}
@@ -145,7 +196,7 @@ func (c *threadCreds) restoreIDs() error {
 // an invalid-argument error.
 func (t *processTable) forkAs(spec *procSpec, attr *syscall.ProcAttr) (pid int, err error) {
 	runtime.LockOSThread()
-	creds, err := dropToUser(spec.user, t.opts.SwitchUser)
+	creds, err := dropToUser(spec.user, t.opts.SwitchUser, forkCaps)
 	if err != nil {
 		if creds == nil {
 			runtime.UnlockOSThread()

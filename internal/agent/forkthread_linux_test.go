@@ -33,7 +33,7 @@ func TestDropToUser(t *testing.T) {
 	}
 	caps0, uid0, gid0, groups0 := read()
 	u := User{Name: "probe", UID: 1234, GID: 2345, Groups: []uint32{50, 60}}
-	c, err := dropToUser(u, true)
+	c, err := dropToUser(u, true, forkCaps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,5 +65,95 @@ func TestDropToUser(t *testing.T) {
 	caps1, uid1, gid1, groups1 := read()
 	if caps1 != caps0 || uid1 != uid0 || gid1 != gid0 || !slices.Equal(groups1, groups0) {
 		t.Errorf("after restore: %+v %d %d %v, was %+v %d %d %v", caps1, uid1, gid1, groups1, caps0, uid0, gid0, groups0)
+	}
+}
+
+// readThreadCaps returns the calling thread's capabilities.
+func readThreadCaps(t *testing.T) [2]unix.CapUserData {
+	t.Helper()
+	var caps [2]unix.CapUserData
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	if err := unix.Capget(&hdr, &caps[0]); err != nil {
+		t.Fatal(err)
+	}
+	return caps
+}
+
+// TestFSUIDCapabilities checks what the kernel does to the effective
+// capabilities when the filesystem uid changes, which dropToUser and
+// restoreIDs are written around: leaving 0 clears the filesystem
+// capabilities, returning to 0 raises them again from the permitted set
+// (so the forking thread must narrow them once more).
+func TestFSUIDCapabilities(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	fsCaps := capsOf(unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_DAC_READ_SEARCH, unix.CAP_FOWNER, unix.CAP_FSETID)
+	caps0 := readThreadCaps(t)
+	if caps0[0].Effective&fsCaps[0] != fsCaps[0] {
+		t.Skipf("the test process lacks the filesystem capabilities (effective %#x)", caps0[0].Effective)
+	}
+	if err := setFSIDs(1234, 2345); err != nil {
+		t.Fatal(err)
+	}
+	dropped := readThreadCaps(t)
+	if err := setFSIDs(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	back := readThreadCaps(t)
+	if dropped[0].Effective&fsCaps[0] != 0 {
+		t.Errorf("fsuid 1234 kept filesystem capabilities: effective %#x", dropped[0].Effective)
+	}
+	if dropped[0].Effective&(1<<unix.CAP_SETUID) == 0 {
+		t.Errorf("fsuid 1234 cleared CAP_SETUID too: effective %#x", dropped[0].Effective)
+	}
+	if back != caps0 {
+		t.Errorf("after fsuid 0 again: %+v, was %+v", back, caps0)
+	}
+
+	// restoreIDs (the forking thread's ids back, capabilities narrowed)
+	// undoes that raise.
+	c, err := dropToUser(User{Name: "probe", UID: 1234, GID: 2345}, true, forkCaps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.restoreIDs(); err != nil {
+		t.Fatal(err)
+	}
+	mid := readThreadCaps(t)
+	if err := c.restore(); err != nil {
+		t.Fatal(err)
+	}
+	if mid[0].Effective != forkCaps[0]&caps0[0].Effective || mid[1].Effective != 0 {
+		t.Errorf("effective after restoreIDs: %#x %#x, want only CAP_SETUID|CAP_SETGID", mid[0].Effective, mid[1].Effective)
+	}
+	if got := readThreadCaps(t); got != caps0 {
+		t.Errorf("after restore: %+v, was %+v", got, caps0)
+	}
+
+	// A file operation's thread keeps nothing for a user, the bounding
+	// set for root.
+	for _, tc := range []struct {
+		u    User
+		keep capMask
+	}{{User{Name: "user", UID: 1000, GID: 1000}, capMask{}}, {User{Name: "root"}, boundingCaps()}} {
+		c, err := dropToUser(tc.u, true, tc.keep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := readThreadCaps(t)
+		fsuid, _ := unix.SetfsuidRetUid(-1)
+		if err := c.restore(); err != nil {
+			t.Fatal(err)
+		}
+		if got[0].Effective != tc.keep[0]&caps0[0].Effective || got[1].Effective != tc.keep[1]&caps0[1].Effective || fsuid != int(tc.u.UID) {
+			t.Errorf("%s: effective %#x %#x fsuid %d, want %#x %#x fsuid %d", tc.u.Name, got[0].Effective, got[1].Effective, fsuid,
+				tc.keep[0]&caps0[0].Effective, tc.keep[1]&caps0[1].Effective, tc.u.UID)
+		}
+		if back := readThreadCaps(t); back != caps0 {
+			t.Errorf("%s: after restore %+v, was %+v", tc.u.Name, back, caps0)
+		}
 	}
 }

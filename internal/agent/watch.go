@@ -28,6 +28,10 @@ import (
 // and watching it. Here each directory is first resolved with openat2
 // (pathres.go) and the watch is added through that fd's /proc magic link,
 // so inotify watches exactly the inode that was resolved inside Root.
+// Directories are resolved and watched as the request's user
+// (files_creds.go), those that appear later too: inotify checks read
+// permission when a watch is added, and a directory the user cannot read
+// is not watched.
 
 // fsWatchMask is what the agent asks inotify for.
 const fsWatchMask = unix.IN_CREATE | unix.IN_MODIFY | unix.IN_DELETE | unix.IN_DELETE_SELF |
@@ -38,7 +42,8 @@ const fsWatchMask = unix.IN_CREATE | unix.IN_MODIFY | unix.IN_DELETE | unix.IN_D
 // owned by the goroutine that runs it (or by newWatcher before that).
 type fsWatcher struct {
 	res       *fsResolver
-	file      *os.File // the inotify fd; closing it ends run
+	as        func(func() error) error // runs a function as the request's user
+	file      *os.File                 // the inotify fd; closing it ends run
 	recursive bool
 	max       int
 	dirs      map[int32]string // watch descriptor -> sandbox dir path
@@ -54,24 +59,29 @@ type fsWatchItem struct {
 }
 
 // newWatcher watches the clean directory p (following a symlink at p
-// itself), and with recursive every directory under it.
-func (s *fileService) newWatcher(p string, recursive bool) (*fsWatcher, error) {
+// itself), and with recursive every directory under it, as a.
+func (s *fileService) newWatcher(a fsActor, p string, recursive bool) (*fsWatcher, error) {
 	ifd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
 		return nil, fsErr("watch", p, err)
 	}
 	w := &fsWatcher{
 		res:       s.res,
+		as:        func(fn func() error) error { return s.as(a, fn) },
 		file:      os.NewFile(uintptr(ifd), "inotify"),
 		recursive: recursive,
 		max:       s.maxWatches,
 		dirs:      make(map[int32]string),
 	}
-	fd, err := s.res.open(p, unix.O_RDONLY|unix.O_DIRECTORY)
-	if err == nil {
+	err = w.as(func() error {
+		fd, err := s.res.open(p, unix.O_RDONLY|unix.O_DIRECTORY)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
 		w.top, err = w.addTree(fd, p)
-		unix.Close(fd)
-	}
+		return err
+	})
 	if err != nil {
 		w.close()
 		return nil, fsErr("watch", p, err)
@@ -134,15 +144,21 @@ func (w *fsWatcher) addTree(fd int, p string) (int32, error) {
 	return int32(wd), nil
 }
 
-// addNew watches a directory that appeared at the clean path p.
+// addNew watches a directory that appeared at the clean path p, as the
+// request's user.
 func (w *fsWatcher) addNew(p string) error {
-	fd, err := w.res.open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
-	if err != nil {
-		return nil // gone again, or not a directory any more
-	}
-	defer unix.Close(fd)
-	_, err = w.addTree(fd, p)
-	if errdefs.Class(err) == errdefs.ErrResourceExhausted {
+	err := w.as(func() error {
+		fd, err := w.res.open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+		if err != nil {
+			return nil // gone again, not a directory any more, or not the user's to read
+		}
+		defer unix.Close(fd)
+		_, err = w.addTree(fd, p)
+		return err
+	})
+	// Too many directories, or the user's credentials could not be taken
+	// (an ErrInternal the agent made, unlike a bare errno).
+	if errdefs.Class(err) == errdefs.ErrResourceExhausted || errors.Is(err, errdefs.ErrInternal) {
 		return err
 	}
 	return nil // raced with a removal
@@ -273,11 +289,11 @@ func fsWatchOp(mask uint32) agentv1.WatchOp {
 // ends when the caller goes away, the directory is removed, or the agent
 // closes.
 func (s *fileService) Watch(ctx context.Context, req *connect.Request[agentv1.WatchRequest], stream *connect.ServerStream[agentv1.WatchResponse]) error {
-	p, err := s.clean(req.Msg.GetPath(), "")
+	a, p, err := s.request(req.Msg.GetPath(), req.Msg.GetUser())
 	if err != nil {
 		return agentwire.ToConnect(err)
 	}
-	w, err := s.newWatcher(p, req.Msg.GetRecursive())
+	w, err := s.newWatcher(a, p, req.Msg.GetRecursive())
 	if err != nil {
 		return agentwire.ToConnect(err)
 	}

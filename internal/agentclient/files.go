@@ -44,12 +44,36 @@ type EntryInfo struct {
 	SymlinkTarget string
 }
 
+// FileOption tunes a file request other than WriteFile (which takes
+// WriteOptions).
+type FileOption func(*fileOptions)
+
+type fileOptions struct {
+	user string
+}
+
+// AsUser makes a file request act as user: "user", "root", or "" for the
+// sandbox's default user (the default). The agent performs the request
+// with that user's permissions, as a command of that user would.
+func AsUser(user string) FileOption {
+	return func(o *fileOptions) { o.user = user }
+}
+
+func fileOpts(opts []FileOption) fileOptions {
+	var o fileOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
 // WriteOptions tune WriteFile.
 type WriteOptions struct {
 	// Mode holds permission bits (and optionally setuid, setgid, sticky)
 	// for the file. 0 keeps the mode of a file being replaced, or 0644.
 	Mode os.FileMode
-	// User owns a new file: "user" (the default) or "root".
+	// User is whose permissions the write acts with, and who owns what it
+	// creates: "user", "root", or "" for the sandbox's default user.
 	User string
 	// MakeParents creates missing parent directories.
 	MakeParents bool
@@ -82,8 +106,9 @@ type WatchEvent struct {
 const chunkSize = 256 << 10
 
 // Stat describes path without following a final symlink.
-func (c *Client) Stat(ctx context.Context, path string) (*EntryInfo, error) {
-	res, err := c.files.Stat(ctx, connect.NewRequest(&agentv1.StatRequest{Path: path}))
+func (c *Client) Stat(ctx context.Context, path string, opts ...FileOption) (*EntryInfo, error) {
+	o := fileOpts(opts)
+	res, err := c.files.Stat(ctx, connect.NewRequest(&agentv1.StatRequest{Path: path, User: o.user}))
 	if err != nil {
 		return nil, agentwire.FromConnect(err)
 	}
@@ -92,11 +117,12 @@ func (c *Client) Stat(ctx context.Context, path string) (*EntryInfo, error) {
 
 // ListDir lists the directory at path to depth levels (0 and 1 list its
 // entries only). truncated reports that the agent's entry cap was hit.
-func (c *Client) ListDir(ctx context.Context, path string, depth int) (entries []EntryInfo, truncated bool, err error) {
+func (c *Client) ListDir(ctx context.Context, path string, depth int, opts ...FileOption) (entries []EntryInfo, truncated bool, err error) {
 	if depth < 0 || depth > 1<<16 {
 		return nil, false, fmt.Errorf("list %s: depth %d out of range: %w", path, depth, errdefs.ErrInvalidArgument)
 	}
-	res, err := c.files.ListDir(ctx, connect.NewRequest(&agentv1.ListDirRequest{Path: path, Depth: uint32(depth)}))
+	o := fileOpts(opts)
+	res, err := c.files.ListDir(ctx, connect.NewRequest(&agentv1.ListDirRequest{Path: path, Depth: uint32(depth), User: o.user}))
 	if err != nil {
 		return nil, false, agentwire.FromConnect(err)
 	}
@@ -109,16 +135,17 @@ func (c *Client) ListDir(ctx context.Context, path string, depth int) (entries [
 
 // ReadFile streams the whole file at path into w, without buffering it,
 // and returns its description.
-func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) (*EntryInfo, error) {
-	return c.ReadFileRange(ctx, path, 0, 0, w)
+func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer, opts ...FileOption) (*EntryInfo, error) {
+	return c.ReadFileRange(ctx, path, 0, 0, w, opts...)
 }
 
 // ReadFileRange streams at most limit bytes (0: to the end) from offset
 // of the file at path into w.
-func (c *Client) ReadFileRange(ctx context.Context, path string, offset, limit int64, w io.Writer) (*EntryInfo, error) {
+func (c *Client) ReadFileRange(ctx context.Context, path string, offset, limit int64, w io.Writer, opts ...FileOption) (*EntryInfo, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := c.files.Read(ctx, connect.NewRequest(&agentv1.ReadRequest{Path: path, Offset: offset, Limit: limit}))
+	o := fileOpts(opts)
+	stream, err := c.files.Read(ctx, connect.NewRequest(&agentv1.ReadRequest{Path: path, Offset: offset, Limit: limit, User: o.user}))
 	if err != nil {
 		return nil, agentwire.FromConnect(err)
 	}
@@ -202,8 +229,9 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, opts W
 
 // MakeDir creates the directory at path; with parents, missing parents
 // too, and an existing directory is not an error.
-func (c *Client) MakeDir(ctx context.Context, path string, parents bool) (*EntryInfo, error) {
-	res, err := c.files.MakeDir(ctx, connect.NewRequest(&agentv1.MakeDirRequest{Path: path, Parents: parents}))
+func (c *Client) MakeDir(ctx context.Context, path string, parents bool, opts ...FileOption) (*EntryInfo, error) {
+	o := fileOpts(opts)
+	res, err := c.files.MakeDir(ctx, connect.NewRequest(&agentv1.MakeDirRequest{Path: path, Parents: parents, User: o.user}))
 	if err != nil {
 		return nil, agentwire.FromConnect(err)
 	}
@@ -211,8 +239,9 @@ func (c *Client) MakeDir(ctx context.Context, path string, parents bool) (*Entry
 }
 
 // Move renames src to dst (replacing a file at dst, as rename(2) does).
-func (c *Client) Move(ctx context.Context, src, dst string) (*EntryInfo, error) {
-	res, err := c.files.Move(ctx, connect.NewRequest(&agentv1.MoveRequest{Source: src, Destination: dst}))
+func (c *Client) Move(ctx context.Context, src, dst string, opts ...FileOption) (*EntryInfo, error) {
+	o := fileOpts(opts)
+	res, err := c.files.Move(ctx, connect.NewRequest(&agentv1.MoveRequest{Source: src, Destination: dst, User: o.user}))
 	if err != nil {
 		return nil, agentwire.FromConnect(err)
 	}
@@ -221,18 +250,20 @@ func (c *Client) Move(ctx context.Context, src, dst string) (*EntryInfo, error) 
 
 // Remove deletes the file, symlink or (with recursive) directory tree at
 // path.
-func (c *Client) Remove(ctx context.Context, path string, recursive bool) error {
-	_, err := c.files.Remove(ctx, connect.NewRequest(&agentv1.RemoveRequest{Path: path, Recursive: recursive}))
+func (c *Client) Remove(ctx context.Context, path string, recursive bool, opts ...FileOption) error {
+	o := fileOpts(opts)
+	_, err := c.files.Remove(ctx, connect.NewRequest(&agentv1.RemoveRequest{Path: path, Recursive: recursive, User: o.user}))
 	return agentwire.FromConnect(err)
 }
 
 // Chmod sets the permission bits (and setuid, setgid, sticky) of path.
-func (c *Client) Chmod(ctx context.Context, path string, mode os.FileMode) (*EntryInfo, error) {
+func (c *Client) Chmod(ctx context.Context, path string, mode os.FileMode, opts ...FileOption) (*EntryInfo, error) {
 	m, err := modeToProto(mode)
 	if err != nil {
 		return nil, fmt.Errorf("chmod %s: %w", path, err)
 	}
-	res, err := c.files.Chmod(ctx, connect.NewRequest(&agentv1.ChmodRequest{Path: path, Mode: m}))
+	o := fileOpts(opts)
+	res, err := c.files.Chmod(ctx, connect.NewRequest(&agentv1.ChmodRequest{Path: path, Mode: m, User: o.user}))
 	if err != nil {
 		return nil, agentwire.FromConnect(err)
 	}
@@ -244,9 +275,10 @@ func (c *Client) Chmod(ctx context.Context, path string, mode os.FileMode) (*Ent
 // closed when ctx ends or the watch ends; an abnormal end is reported by a
 // final event with Err set. The caller must drain the channel or cancel
 // ctx.
-func (c *Client) Watch(ctx context.Context, path string, recursive bool) (<-chan WatchEvent, error) {
+func (c *Client) Watch(ctx context.Context, path string, recursive bool, opts ...FileOption) (<-chan WatchEvent, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	stream, err := c.files.Watch(ctx, connect.NewRequest(&agentv1.WatchRequest{Path: path, Recursive: recursive}))
+	o := fileOpts(opts)
+	stream, err := c.files.Watch(ctx, connect.NewRequest(&agentv1.WatchRequest{Path: path, Recursive: recursive, User: o.user}))
 	if err != nil {
 		cancel()
 		return nil, agentwire.FromConnect(err)

@@ -129,6 +129,10 @@ type Limits struct {
 	// caps them per API key. Defaults 16 and 64.
 	MaxInflightPerSandbox int
 	MaxInflightPerKey     int
+	// PTYTokenTTL is how long a PTY token (POST
+	// /v1/sandboxes/{id}/pty/token) may wait for its use. Default
+	// DefaultPTYTokenTTL, 30 s.
+	PTYTokenTTL time.Duration
 	// InflightMemory caps, daemon-wide, the memory that those requests
 	// may hold: each reserves its worst case when admitted (a buffered
 	// exec 2.5 x MaxOutputBytes + 256 KiB, a stream or PTY session
@@ -169,6 +173,7 @@ func (l Limits) withDefaults() Limits {
 		l.MaxInflightPerKey = 64
 	}
 	def(&l.InflightMemory, 512<<20)
+	defD(&l.PTYTokenTTL, DefaultPTYTokenTTL)
 	return l
 }
 
@@ -242,7 +247,11 @@ type Handler struct {
 	log         *slog.Logger
 	lim         Limits
 	inflight    *inflight
-	mux         *http.ServeMux
+	// tickets holds the PTY tokens not yet used; keyCheck, when the
+	// authenticator has it, resolves the key a token stands for.
+	tickets  *auth.Tickets
+	keyCheck KeyChecker
+	mux      *http.ServeMux
 	// reqs counts the requests being served; draining ends when the
 	// graceful stop begins (sessions end), stopping when its grace is
 	// over (every request ends). See Shutdown.
@@ -292,6 +301,8 @@ func New(cfg Config) (*Handler, error) {
 		mux:         http.NewServeMux(),
 	}
 	h.inflight = newInflight(h.lim)
+	h.tickets = auth.NewTickets(h.lim.PTYTokenTTL, nil)
+	h.keyCheck, _ = cfg.Auth.(KeyChecker)
 	h.reqs = newRequests()
 	h.draining, h.drain = context.WithCancelCause(context.Background())
 	h.stopping, h.stop = context.WithCancelCause(context.Background())
@@ -413,6 +424,7 @@ func (h *Handler) routes() []route {
 	return []route{
 		{"GET", "/healthz", "", "", h.healthz},
 		{"GET", "/readyz", "", "", h.readyz},
+		{"GET", "/v1/openapi.json", "", "", h.openAPI},
 		{"GET", "/v1/info", auth.ScopeAdmin, "", h.getInfo},
 		{"POST", "/v1/sandboxes", auth.ScopeSandboxesWrite, ActionSandboxCreate, h.createSandbox},
 		{"GET", "/v1/sandboxes", auth.ScopeSandboxesRead, "", h.listSandboxes},
@@ -426,6 +438,7 @@ func (h *Handler) routes() []route {
 		{"GET", "/v1/sandboxes/{id}/files/list", auth.ScopeFiles, "", h.listDir},
 		{"POST", "/v1/sandboxes/{id}/files/mkdir", auth.ScopeFiles, ActionFileMkdir, h.makeDir},
 		{"GET", "/v1/sandboxes/{id}/pty", auth.ScopeExec, ActionSandboxPTY, h.pty},
+		{"POST", "/v1/sandboxes/{id}/pty/token", auth.ScopeExec, ActionSandboxPTYToken, h.createPTYToken},
 		{"POST", "/v1/sandboxes/{id}/code", auth.ScopeExec, ActionSandboxCode, h.runCode},
 		{"POST", "/v1/sandboxes/{id}/contexts", auth.ScopeExec, ActionContextCreate, h.createContext},
 		{"GET", "/v1/sandboxes/{id}/contexts", auth.ScopeExec, "", h.listContexts},

@@ -152,15 +152,18 @@ func (req *codeRequest) runRequest() (interp.RunRequest, error) {
 	if req.Code == nil {
 		return interp.RunRequest{}, invalidf("code is required")
 	}
-	if req.TimeoutS < 0 || req.TimeoutS > maxTimeoutS {
-		return interp.RunRequest{}, invalidf("timeout_s must be between 0 and %d", maxTimeoutS)
+	if req.TimeoutS < 0 {
+		return interp.RunRequest{}, invalidf("timeout_s must not be negative")
 	}
+	// The interpreter checks the timeout against its real cap and says
+	// it in seconds; a value past maxTimeoutS is past any cap, and is cut
+	// to it only so that it converts to a time.Duration without overflow.
 	return interp.RunRequest{
 		ContextID: req.ContextID,
 		Language:  interp.Language(req.Language),
 		Code:      *req.Code,
 		Env:       req.Env,
-		Timeout:   time.Duration(req.TimeoutS) * time.Second,
+		Timeout:   time.Duration(min(req.TimeoutS, maxTimeoutS)) * time.Second,
 	}, nil
 }
 

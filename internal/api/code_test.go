@@ -199,7 +199,7 @@ func TestCodeContextsAPI(t *testing.T) {
 	if _, err := a.CreateCodeContext(ctx, sb.ID, client.CreateCodeContextRequest{Language: "bash"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.CreateCodeContext(ctx, sb.ID, client.CreateCodeContextRequest{Language: "bash"}); !errors.Is(err, client.ErrQuotaExceeded) {
+	if _, err := a.CreateCodeContext(ctx, sb.ID, client.CreateCodeContextRequest{Language: "bash"}); !errors.Is(err, client.ErrConflict) {
 		t.Errorf("over the cap: %v", err)
 	}
 	if err := a.DeleteCodeContext(ctx, sb.ID, cc.ID); err != nil {

@@ -37,8 +37,22 @@ func (s staticSource) Resolve(ctx context.Context) (runtime.Rootfs, error) {
 
 // fakeAuth maps tokens to principals.
 type fakeAuth struct {
-	keys map[string]auth.Principal
-	err  error // returned for every token when set
+	keys    map[string]auth.Principal
+	err     error           // returned for every token when set
+	revoked map[string]bool // key IDs that KeyPrincipal refuses
+}
+
+// KeyPrincipal finds the principal of a key by its ID (for PTY tokens).
+func (f *fakeAuth) KeyPrincipal(ctx context.Context, id string) (auth.Principal, error) {
+	if f.err != nil {
+		return auth.Principal{}, f.err
+	}
+	for _, p := range f.keys {
+		if p.KeyID == id && !f.revoked[id] {
+			return p, nil
+		}
+	}
+	return auth.Principal{}, fmt.Errorf("unknown key: %w", errdefs.ErrUnauthenticated)
 }
 
 func (f *fakeAuth) Authenticate(ctx context.Context, token string) (auth.Principal, error) {

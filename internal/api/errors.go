@@ -226,22 +226,28 @@ func (h *Handler) sandboxEnded(ctx context.Context, id string) error {
 }
 
 // sandboxState reports whether the manager lists sandbox id as running,
-// and if not, the error that says what became of it.
+// and if not, the error that says what became of it: why it ended (its
+// EndReason: deleted, expired, idle, its agent died...), as far as the
+// manager still knows.
 func (h *Handler) sandboxState(id string) (ended error, running bool) {
 	sb, err := h.mgr.Get(id)
-	switch {
-	case err != nil, sb.State == sandbox.StateStopping, sb.State == sandbox.StateStopped:
-		return fmt.Errorf("sandbox %s was deleted while the request ran: %w", id, errdefs.ErrFailedPrecondition), false
-	case sb.State == sandbox.StateFailed:
-		why := "it failed"
-		if sb.Error != "" {
-			why = sb.Error
-		}
-		return fmt.Errorf("sandbox %s ended while the request ran (%s): %w", id, why, errdefs.ErrFailedPrecondition), false
-	case sb.State != sandbox.StateRunning:
-		return fmt.Errorf("sandbox %s is %s: %w", id, sb.State, errdefs.ErrFailedPrecondition), false
+	if err != nil {
+		// Its record is gone already (EndedRetention).
+		return fmt.Errorf("sandbox %s ended while the request ran and is gone: %w", id, errdefs.ErrFailedPrecondition), false
 	}
-	return nil, true
+	switch {
+	case sb.State == sandbox.StateRunning:
+		return nil, true
+	case sb.EndReason == sandbox.EndDeleted:
+		return fmt.Errorf("sandbox %s was deleted while the request ran: %w", id, errdefs.ErrFailedPrecondition), false
+	case sb.State == sandbox.StateFailed && sb.Error != "":
+		return fmt.Errorf("sandbox %s ended while the request ran (%s): %w", id, sb.Error, errdefs.ErrFailedPrecondition), false
+	case sb.EndReason != "":
+		return fmt.Errorf("sandbox %s ended while the request ran (%s): %w", id, sandbox.EndWords(sb.EndReason), errdefs.ErrFailedPrecondition), false
+	case sb.State == sandbox.StateFailed:
+		return fmt.Errorf("sandbox %s ended while the request ran (it failed): %w", id, errdefs.ErrFailedPrecondition), false
+	}
+	return fmt.Errorf("sandbox %s is %s: %w", id, sb.State, errdefs.ErrFailedPrecondition), false
 }
 
 // outcomeOf is the audit outcome of err: "ok" or its public code.

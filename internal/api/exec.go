@@ -144,7 +144,9 @@ func (req *execRequest) agentRequest(lim Limits) (agentclient.ExecRequest, error
 	}
 	stdin, hasStdin := req.stdin()
 	if len(stdin) > lim.MaxStdinBytes {
-		return out, invalidf("stdin is larger than %d bytes", lim.MaxStdinBytes)
+		// 413, as a body over its cap: the same request can never pass.
+		return out, &apiError{status: http.StatusRequestEntityTooLarge, code: CodeRequestTooLarge,
+			msg: fmt.Sprintf("stdin is %d bytes, more than the limit of %d bytes; upload larger input as a file (PUT /v1/sandboxes/{id}/files) and read it from there", len(stdin), lim.MaxStdinBytes)}
 	}
 	out = agentclient.ExecRequest{
 		Argv:    req.Cmd,

@@ -111,18 +111,57 @@ func checkPath(p string) error {
 	return nil
 }
 
-// filePath parses a query that holds a required path and the optional
+// fileQuery is the parsed query of a file route.
+type fileQuery struct {
+	path string
+	// user is whose permissions the agent acts with: "user", "root" or
+	// "" (the sandbox's default user, as for exec).
+	user string
+	q    url.Values
+}
+
+// opts are the agent options the query asks for.
+func (fq fileQuery) opts() []agentclient.FileOption {
+	return []agentclient.FileOption{agentclient.AsUser(fq.user)}
+}
+
+// details are the audit details of the request.
+func (fq fileQuery) details() map[string]any {
+	d := map[string]any{"path": fq.path}
+	if fq.user != "" {
+		d["user"] = fq.user
+	}
+	return d
+}
+
+// fileParams parses the query of a file route: path (required unless
+// def is given, which replaces an empty one), user, and the optional
 // parameters extra.
-func filePath(c *call, extra ...string) (string, url.Values, error) {
-	q, err := parseQuery(c.r.URL.RawQuery, append([]string{"path"}, extra...)...)
+//
+// A file request acts with the permissions of its user inside the
+// sandbox, as exec does; user=root needs no scope beyond files, as
+// exec's root needs none beyond exec: root inside the sandbox holds no
+// privilege over the host or other sandboxes, and a key that may write
+// files could as well have a command run that writes as root (see
+// docs/SECURITY.md, File operations).
+func fileParams(c *call, def string, extra ...string) (fileQuery, error) {
+	q, err := parseQuery(c.r.URL.RawQuery, append([]string{"path", "user"}, extra...)...)
 	if err != nil {
-		return "", nil, err
+		return fileQuery{}, err
 	}
-	p := q.Get("path")
-	if err := checkPath(p); err != nil {
-		return "", nil, err
+	fq := fileQuery{path: q.Get("path"), user: q.Get("user"), q: q}
+	if fq.path == "" {
+		fq.path = def
 	}
-	return p, q, nil
+	if err := checkPath(fq.path); err != nil {
+		return fileQuery{}, err
+	}
+	switch fq.user {
+	case "", "user", "root":
+	default:
+		return fileQuery{}, invalidf("user must be \"user\" or \"root\"")
+	}
+	return fq, nil
 }
 
 // hashReader hashes and counts what it reads and keeps the first read
@@ -153,11 +192,11 @@ func (h *Handler) writeFile(c *call) error {
 	if err != nil {
 		return err
 	}
-	path, _, err := filePath(c)
+	fq, err := fileParams(c, "")
 	if err != nil {
 		return err
 	}
-	c.ev.Details = map[string]any{"path": path}
+	c.ev.Details = fq.details()
 	if c.r.ContentLength > h.lim.MaxFileBytes {
 		return &http.MaxBytesError{Limit: h.lim.MaxFileBytes}
 	}
@@ -167,7 +206,7 @@ func (h *Handler) writeFile(c *call) error {
 	body := c.idleBody(http.MaxBytesReader(c.w, c.r.Body, h.lim.MaxFileBytes))
 	defer body.done()
 	hr := &hashReader{r: body, h: sha256.New()}
-	info, err := h.mgr.WriteFile(c.r.Context(), sb.ID, path, hr, agentclient.WriteOptions{MakeParents: true})
+	info, err := h.mgr.WriteFile(c.r.Context(), sb.ID, fq.path, hr, agentclient.WriteOptions{MakeParents: true, User: fq.user})
 	body.done()
 	if err != nil {
 		if hr.err != nil {
@@ -194,11 +233,11 @@ func (h *Handler) readFile(c *call) error {
 	if err != nil {
 		return err
 	}
-	path, _, err := filePath(c)
+	fq, err := fileParams(c, "")
 	if err != nil {
 		return err
 	}
-	info, err := h.mgr.Stat(c.r.Context(), sb.ID, path)
+	info, err := h.mgr.Stat(c.r.Context(), sb.ID, fq.path, fq.opts()...)
 	if err != nil {
 		return err
 	}
@@ -218,7 +257,7 @@ func (h *Handler) readFile(c *call) error {
 	}
 	dw := &deadlineWriter{w: c.w, rc: http.NewResponseController(c.w), idle: h.lim.WriteIdleTimeout}
 	defer dw.done()
-	if _, err := h.mgr.ReadFile(c.r.Context(), sb.ID, path, dw); err != nil {
+	if _, err := h.mgr.ReadFile(c.r.Context(), sb.ID, fq.path, dw, fq.opts()...); err != nil {
 		return err
 	}
 	if !c.w.started() {
@@ -259,21 +298,22 @@ func (h *Handler) removeFile(c *call) error {
 	if err != nil {
 		return err
 	}
-	path, q, err := filePath(c, "recursive")
+	fq, err := fileParams(c, "", "recursive")
 	if err != nil {
 		return err
 	}
 	recursive := false
-	if v := q.Get("recursive"); v != "" {
+	if v := fq.q.Get("recursive"); v != "" {
 		if recursive, err = strconv.ParseBool(v); err != nil {
 			return invalidf("recursive must be true or false")
 		}
 	}
-	c.ev.Details = map[string]any{"path": path, "recursive": recursive}
+	c.ev.Details = fq.details()
+	c.ev.Details["recursive"] = recursive
 	if err := c.begin(); err != nil {
 		return err
 	}
-	if err := h.mgr.Remove(c.r.Context(), sb.ID, path, recursive); err != nil {
+	if err := h.mgr.Remove(c.r.Context(), sb.ID, fq.path, recursive, fq.opts()...); err != nil {
 		return err
 	}
 	if err := c.commit(); err != nil {
@@ -291,15 +331,15 @@ func (h *Handler) makeDir(c *call) error {
 	if err != nil {
 		return err
 	}
-	path, _, err := filePath(c)
+	fq, err := fileParams(c, "")
 	if err != nil {
 		return err
 	}
-	c.ev.Details = map[string]any{"path": path}
+	c.ev.Details = fq.details()
 	if err := c.begin(); err != nil {
 		return err
 	}
-	info, err := h.mgr.MakeDir(c.r.Context(), sb.ID, path, true)
+	info, err := h.mgr.MakeDir(c.r.Context(), sb.ID, fq.path, true, fq.opts()...)
 	if err != nil {
 		return err
 	}
@@ -317,22 +357,15 @@ func (h *Handler) listDir(c *call) error {
 	if err != nil {
 		return err
 	}
-	q, err := parseQuery(c.r.URL.RawQuery, "path", "depth")
+	fq, err := fileParams(c, ".", "depth")
 	if err != nil {
 		return err
 	}
-	path := q.Get("path")
-	if path == "" {
-		path = "."
-	}
-	if err := checkPath(path); err != nil {
-		return err
-	}
-	depth, err := parseDepth(q.Get("depth"))
+	depth, err := parseDepth(fq.q.Get("depth"))
 	if err != nil {
 		return err
 	}
-	entries, truncated, err := h.mgr.ListDir(c.r.Context(), sb.ID, path, depth)
+	entries, truncated, err := h.mgr.ListDir(c.r.Context(), sb.ID, fq.path, depth, fq.opts()...)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -59,7 +60,7 @@ func TestBadInput(t *testing.T) {
 		{"exec user", "POST", "/v1/sandboxes/" + id + "/exec", "", `{"command":"id","user":"admin"}`, 400, CodeInvalidArgument, "user"},
 		{"exec two stdins", "POST", "/v1/sandboxes/" + id + "/exec", "", `{"command":"cat","stdin":"a","stdin_b64":"YQ=="}`, 400, CodeInvalidArgument, "stdin"},
 		{"exec bad b64", "POST", "/v1/sandboxes/" + id + "/exec", "", `{"command":"cat","stdin_b64":"!!"}`, 400, CodeInvalidArgument, "malformed"},
-		{"exec big stdin", "POST", "/v1/sandboxes/" + id + "/exec", "", `{"command":"cat","stdin":"` + strings.Repeat("a", 600<<10) + `"}`, 400, CodeInvalidArgument, "stdin"},
+		{"exec big stdin", "POST", "/v1/sandboxes/" + id + "/exec", "", `{"command":"cat","stdin":"` + strings.Repeat("a", 600<<10) + `"}`, 413, CodeRequestTooLarge, "stdin is 614400 bytes, more than the limit of 524288 bytes"},
 		{"exec timeout", "POST", "/v1/sandboxes/" + id + "/exec", "", `{"command":"true","timeout_s":999999}`, 400, CodeInvalidArgument, "timeout_s"},
 		{"exec env", "POST", "/v1/sandboxes/" + id + "/exec", "", `{"command":"true","env":{"1X":"a"}}`, 400, CodeInvalidArgument, "env"},
 		{"file no path", "GET", "/v1/sandboxes/" + id + "/files", "", "", 400, CodeInvalidArgument, "path"},
@@ -122,17 +123,22 @@ func FuzzDecodeCreate(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	cfg := sandbox.Config{MaxLifetime: 24 * time.Hour,
+		MaxLimits: runtime.Limits{CPUs: 2, MemoryBytes: 16 << 30, DiskBytes: 64 << 30, Pids: 4096}}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var req createRequest
 		if err := decodeJSONBytes(data, &req, true); err != nil {
 			return
 		}
-		spec, err := req.spec(tenantA)
+		spec, err := req.spec(tenantA, cfg)
 		if err != nil {
 			return
 		}
-		if spec.Owner != tenantA || spec.Timeout < 0 || spec.Timeout > maxTimeoutS*time.Second ||
-			spec.Limits.MemoryBytes < 0 || spec.Limits.DiskBytes < 0 || spec.Limits.CPUs < 0 {
+		l, max := spec.Limits, cfg.MaxLimits
+		if spec.Owner != tenantA || spec.Timeout < 0 || spec.Timeout > cfg.MaxLifetime ||
+			spec.IdleTimeout < 0 || spec.IdleTimeout > cfg.MaxLifetime ||
+			l.MemoryBytes < 0 || l.MemoryBytes > max.MemoryBytes || l.DiskBytes < 0 || l.DiskBytes > max.DiskBytes ||
+			l.CPUs < 0 || l.CPUs > max.CPUs || l.Pids < 0 || l.Pids > max.Pids {
 			t.Fatalf("accepted an out-of-range spec: %+v", spec)
 		}
 	})

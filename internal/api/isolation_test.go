@@ -45,6 +45,8 @@ var routeRequests = map[string]routeRequest{
 	"GET /v1/sandboxes/{id}/files/list":                {query: "path=."},
 	"POST /v1/sandboxes/{id}/files/mkdir":              {query: "path=pwned-dir"},
 	"GET /v1/sandboxes/{id}/pty":                       {query: "cmd=true"},
+	"POST /v1/sandboxes/{id}/pty/token":                {},
+	"GET /v1/openapi.json":                             {},
 	"POST /v1/sandboxes/{id}/code":                     {body: `{"language":"bash","code":"echo pwned > pwned.txt"}`},
 	"POST /v1/sandboxes/{id}/contexts":                 {body: `{"language":"bash"}`},
 	"GET /v1/sandboxes/{id}/contexts":                  {},

@@ -38,6 +38,9 @@ type call struct {
 	// sandboxID is the sandbox whose agent serves the request (see
 	// agentSandbox), for explain; "" for other requests.
 	sandboxID string
+	// viaToken says that a PTY token, not the Authorization header,
+	// authenticated the request (see principal).
+	viaToken bool
 }
 
 // statusWriter records whether the response has started, so that an error
@@ -110,7 +113,8 @@ func (h *Handler) wrap(rt route) http.Handler {
 		r = r.WithContext(ctx)
 		c.r = r
 		if rt.scope != "" {
-			p, err := h.authenticate(r)
+			p, viaToken, err := h.principal(r, rt)
+			c.viaToken = viaToken
 			if err != nil {
 				writeError(c.w, h.log, r, err)
 				return

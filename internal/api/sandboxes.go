@@ -16,16 +16,16 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
-// Caps on sandbox request fields the manager does not check itself.
+// Caps on request fields against overflow and absurd values. A create
+// checks its fields against the real caps first (see createLimits and
+// createRequest.spec), so that its errors quote those.
 const (
 	// maxTimeoutS caps timeout_s fields (10 years) so that they convert
-	// to a time.Duration without overflow; the manager applies the real
-	// maximum lifetime.
+	// to a time.Duration without overflow.
 	maxTimeoutS = 10 * 365 * 24 * 3600
 	// maxMB caps memory_mb and disk_mb (1 PiB) against overflow.
 	maxMB = 1 << 30
-	// maxCPUs caps cpus against absurd values; the manager applies the
-	// host's count.
+	// maxCPUs caps cpus against absurd values.
 	maxCPUs = 1 << 16
 	// maxPids caps pids as the runtime does.
 	maxPids = 1 << 22
@@ -41,8 +41,10 @@ type limitsJSON struct {
 	DiskMB   int64   `json:"disk_mb,omitempty"`
 }
 
-// limits validates rl (nil means none set) and converts it; prefix names
-// its fields in errors ("limits." in a JSON body, "" in a query).
+// limits validates rl (nil means none set) against the bounds a template
+// build accepts and converts it; prefix names its fields in errors
+// ("limits." in a JSON body, "" in a query). A create checks its limits
+// against the real caps first (createLimits).
 func (rl *limitsJSON) limits(prefix string) (runtime.Limits, error) {
 	if rl == nil {
 		return runtime.Limits{}, nil
@@ -58,6 +60,60 @@ func (rl *limitsJSON) limits(prefix string) (runtime.Limits, error) {
 		return runtime.Limits{}, invalidf("%spids must be between 0 and %d", prefix, maxPids)
 	}
 	return runtime.Limits{CPUs: rl.CPUs, MemoryBytes: rl.MemoryMB << 20, Pids: rl.Pids, DiskBytes: rl.DiskMB << 20}, nil
+}
+
+// createLimits checks the limits of a create request (nil means none
+// set) against the bounds a sandbox really has, max (the manager's
+// MaxLimits) and the sandbox package's minima, and says them in the
+// request's own units and field names. Fields left 0 take defaults.
+func (rl *limitsJSON) createLimits(max runtime.Limits) error {
+	if rl == nil {
+		return nil
+	}
+	if f := rl.negative(); f != "" {
+		return invalidf("limits.%s must not be negative", f)
+	}
+	switch {
+	case math.IsNaN(rl.CPUs):
+		return invalidf("limits.cpus must be a number")
+	case rl.CPUs != 0 && rl.CPUs < sandbox.MinCPUs:
+		return invalidf("limits.cpus %g is below the minimum %g", rl.CPUs, sandbox.MinCPUs)
+	case rl.CPUs > max.CPUs:
+		return invalidf("limits.cpus %g is above the maximum %g", rl.CPUs, max.CPUs)
+	}
+	for _, b := range []struct {
+		field     string
+		v, lo, hi int64
+		unit      string
+	}{
+		{"memory_mb", rl.MemoryMB, sandbox.MinMemoryBytes >> 20, max.MemoryBytes >> 20, " MiB"},
+		{"disk_mb", rl.DiskMB, sandbox.MinDiskBytes >> 20, max.DiskBytes >> 20, " MiB"},
+		{"pids", rl.Pids, sandbox.MinPids, max.Pids, ""},
+	} {
+		switch {
+		case b.v == 0:
+		case b.v < b.lo:
+			return invalidf("limits.%s %d is below the minimum %d%s", b.field, b.v, b.lo, b.unit)
+		case b.v > b.hi:
+			return invalidf("limits.%s %d is above the maximum %d%s", b.field, b.v, b.hi, b.unit)
+		}
+	}
+	return nil
+}
+
+// negative names the first negative field of rl, or is "".
+func (rl *limitsJSON) negative() string {
+	switch {
+	case rl.CPUs < 0:
+		return "cpus"
+	case rl.MemoryMB < 0:
+		return "memory_mb"
+	case rl.DiskMB < 0:
+		return "disk_mb"
+	case rl.Pids < 0:
+		return "pids"
+	}
+	return ""
 }
 
 // limitsToJSON is the wire form of l.
@@ -137,14 +193,21 @@ func toSandboxJSON(sb sandbox.Sandbox) sandboxJSON {
 }
 
 // spec validates req and turns it into a sandbox.Spec for owner. The
-// manager validates the rest (template, limits against the maxima, env
-// and metadata syntax and size).
-func (req *createRequest) spec(owner string) (sandbox.Spec, error) {
-	if req.TimeoutS < 0 || req.TimeoutS > maxTimeoutS {
-		return sandbox.Spec{}, invalidf("timeout_s must be between 0 and %d", maxTimeoutS)
+// timeouts and limits are checked against cfg, the manager's effective
+// configuration, so that errors quote the real caps in the request's
+// units; the manager validates the rest (template, its limits with the
+// request's, env and metadata syntax and size).
+func (req *createRequest) spec(owner string, cfg sandbox.Config) (sandbox.Spec, error) {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"timeout_s", req.TimeoutS}, {"idle_timeout_s", req.IdleTimeoutS}} {
+		if err := checkLifetime(f.name, f.v, cfg.MaxLifetime); err != nil {
+			return sandbox.Spec{}, err
+		}
 	}
-	if req.IdleTimeoutS < 0 || req.IdleTimeoutS > maxTimeoutS {
-		return sandbox.Spec{}, invalidf("idle_timeout_s must be between 0 and %d", maxTimeoutS)
+	if err := req.Limits.createLimits(cfg.MaxLimits); err != nil {
+		return sandbox.Spec{}, err
 	}
 	l, err := req.Limits.limits("limits.")
 	if err != nil {
@@ -168,6 +231,18 @@ func (req *createRequest) spec(owner string) (sandbox.Spec, error) {
 		Timeout:     time.Duration(req.TimeoutS) * time.Second,
 		IdleTimeout: time.Duration(req.IdleTimeoutS) * time.Second,
 	}, nil
+}
+
+// checkLifetime checks the seconds v of the field name: not negative
+// and at most max, the longest lifetime a sandbox may have.
+func checkLifetime(name string, v int64, max time.Duration) error {
+	switch {
+	case v < 0:
+		return invalidf("%s must not be negative", name)
+	case v > int64(max/time.Second):
+		return invalidf("%s %d is above the maximum lifetime of %d s (%v)", name, v, int64(max/time.Second), max)
+	}
+	return nil
 }
 
 // truncate cuts s to at most n bytes.
@@ -225,7 +300,7 @@ func (h *Handler) createSandbox(c *call) error {
 	if err := c.decodeJSON(&req, true); err != nil {
 		return err
 	}
-	spec, err := req.spec(c.p.TenantID)
+	spec, err := req.spec(c.p.TenantID, h.mgr.Config())
 	if err != nil {
 		return err
 	}
@@ -398,10 +473,9 @@ func (h *Handler) deleteSandbox(c *call) error {
 	if err := c.begin(); err != nil {
 		return err
 	}
-	if err := h.mgr.Destroy(context.WithoutCancel(c.r.Context()), sb.ID); err != nil {
-		return err
-	}
-	if err := c.commit(); err != nil {
+	// The sandbox's record file goes only once the outcome is committed:
+	// a daemon killed in between records the end at its next start.
+	if err := h.mgr.DestroyRecorded(context.WithoutCancel(c.r.Context()), sb.ID, c.commit); err != nil {
 		return err
 	}
 	if h.records != nil {
@@ -423,8 +497,11 @@ func (h *Handler) setTimeout(c *call) error {
 	if err := c.decodeJSON(&req, false); err != nil {
 		return err
 	}
-	if req.TimeoutS <= 0 || req.TimeoutS > maxTimeoutS {
-		return invalidf("timeout_s must be between 1 and %d", maxTimeoutS)
+	if req.TimeoutS == 0 {
+		return invalidf("timeout_s is required: the seconds from now the sandbox should live")
+	}
+	if err := checkLifetime("timeout_s", req.TimeoutS, h.mgr.Config().MaxLifetime); err != nil {
+		return err
 	}
 	c.ev.Details = map[string]any{"timeout_s": req.TimeoutS}
 	if err := c.begin(); err != nil {

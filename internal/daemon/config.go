@@ -181,30 +181,145 @@ func LoadConfig(args, env []string, usageOut io.Writer) (Config, error) {
 	return cfg, cfg.Validate()
 }
 
+// setting is one setting of `airlock serve`: its flag, and the AIRLOCK_*
+// environment variable and JSON config key derived from the flag's name
+// (see envName and jsonKey), with the Config field all three set. The
+// table below is the one list of them: --help, the environment and the
+// config file (through Config's json tags, which a test keeps equal to
+// jsonKey) all follow it.
+type setting struct {
+	name  string // the flag, e.g. "pool-size"
+	arg   string // what the value is, for --help
+	usage string
+	// field returns the Config field the setting writes: a *string,
+	// *int, *float64 or *Duration.
+	field func(c *Config) any
+}
+
+var settings = []setting{
+	{"listen", "ADDR", "API address, host:port; a non-loopback address exposes the API to the network",
+		func(c *Config) any { return &c.Listen }},
+	{"data-dir", "DIR", "absolute path of the state directory: database, admin key, templates, sandbox state",
+		func(c *Config) any { return &c.DataDir }},
+	{"default-template", "NAME", "template of creates that name none",
+		func(c *Config) any { return &c.DefaultTemplate }},
+	{"pool-size", "N", "ready sandboxes kept for the default template, 0 to 64",
+		func(c *Config) any { return &c.PoolSize }},
+	{"max-sandboxes", "N", "sandboxes of all tenants together, 1 to 4096",
+		func(c *Config) any { return &c.MaxSandboxes }},
+	{"default-timeout", "DURATION", "sandbox lifetime when a create gives none, at most max-lifetime",
+		func(c *Config) any { return &c.DefaultTimeout }},
+	{"max-lifetime", "DURATION", "longest sandbox lifetime, extensions included",
+		func(c *Config) any { return &c.MaxLifetime }},
+	{"rate-limit", "N", "sustained requests per second per API key",
+		func(c *Config) any { return &c.RateLimit }},
+	{"rate-burst", "N", "requests an API key may make at once",
+		func(c *Config) any { return &c.RateBurst }},
+	{"log-level", "LEVEL", "debug, info, warn or error",
+		func(c *Config) any { return &c.LogLevel }},
+	{"audit-checkpoint-interval", "DURATION", "how often to append a signed audit checkpoint to the export file: 0 (never) or 1s to 24h",
+		func(c *Config) any { return &c.AuditCheckpointInterval }},
+	{"audit-checkpoint-file", "FILE", "clean absolute path the signed audit checkpoints are appended to (default <data-dir>/audit/checkpoints.jsonl); its directory must exist",
+		func(c *Config) any { return &c.AuditCheckpointFile }},
+	{"max-execs-per-sandbox", "N", "execs, PTY sessions and code cells in flight per sandbox, 1 to 4096",
+		func(c *Config) any { return &c.MaxExecsPerSandbox }},
+	{"max-execs-per-key", "N", "execs, PTY sessions and code cells in flight per API key, 1 to 65536",
+		func(c *Config) any { return &c.MaxExecsPerKey }},
+	{"exec-memory-mb", "MIB", "MiB the execs, PTY sessions and code cells in flight may hold, daemon-wide, at least 64",
+		func(c *Config) any { return &c.ExecMemoryMB }},
+	{"ended-retention", "DURATION", "how long ended sandboxes stay visible (stopped or failed, with why), 1s to 168h",
+		func(c *Config) any { return &c.EndedRetention }},
+}
+
+// envName is the environment variable of the setting called name:
+// AIRLOCK_ and the name in capitals, dashes as underscores.
+func envName(name string) string {
+	return "AIRLOCK_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// jsonKey is the config file key of the setting called name: the name
+// with dashes as underscores.
+func jsonKey(name string) string { return strings.ReplaceAll(name, "-", "_") }
+
+// The --config flag, which names the file rather than being a key in it.
+const (
+	configFlag = "config"
+	configEnv  = "AIRLOCK_CONFIG"
+)
+
+// define adds the setting's flag to fs, writing into cfg; cfg's value is
+// the default --help shows.
+func (s setting) define(fs *flag.FlagSet, cfg *Config) {
+	switch p := s.field(cfg).(type) {
+	case *string:
+		fs.StringVar(p, s.name, *p, s.usage)
+	case *int:
+		fs.IntVar(p, s.name, *p, s.usage)
+	case *float64:
+		fs.Float64Var(p, s.name, *p, s.usage)
+	case *Duration:
+		fs.Var(p, s.name, s.usage)
+	default:
+		panic(fmt.Sprintf("daemon: setting %s has a field of type %T", s.name, p))
+	}
+}
+
 // newFlagSet returns the flags of `airlock serve`, writing into cfg and
-// configPath; the values in cfg are the defaults shown by --help.
+// configPath; the values in cfg are the defaults shown by --help, which
+// goes to usageOut.
 func newFlagSet(cfg *Config, configPath *string, usageOut io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(usageOut)
-	fs.StringVar(configPath, "config", "", "JSON config file (env AIRLOCK_CONFIG)")
-	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "API address (env AIRLOCK_LISTEN)")
-	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "state directory (env AIRLOCK_DATA_DIR)")
-	fs.StringVar(&cfg.DefaultTemplate, "default-template", cfg.DefaultTemplate, "template of creates that name none")
-	fs.IntVar(&cfg.PoolSize, "pool-size", cfg.PoolSize, "ready sandboxes kept for the default template")
-	fs.IntVar(&cfg.MaxSandboxes, "max-sandboxes", cfg.MaxSandboxes, "sandboxes of all tenants together")
-	fs.Var(&cfg.DefaultTimeout, "default-timeout", "sandbox lifetime when a create gives none")
-	fs.Var(&cfg.MaxLifetime, "max-lifetime", "longest sandbox lifetime")
-	fs.Float64Var(&cfg.RateLimit, "rate-limit", cfg.RateLimit, "requests per second per API key")
-	fs.IntVar(&cfg.RateBurst, "rate-burst", cfg.RateBurst, "request burst per API key")
-	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
-	fs.Var(&cfg.AuditCheckpointInterval, "audit-checkpoint-interval", "how often to export a signed audit checkpoint (0: never)")
-	fs.StringVar(&cfg.AuditCheckpointFile, "audit-checkpoint-file", cfg.AuditCheckpointFile,
-		"file the signed audit checkpoints are appended to (default <data-dir>/audit/checkpoints.jsonl)")
-	fs.IntVar(&cfg.MaxExecsPerSandbox, "max-execs-per-sandbox", cfg.MaxExecsPerSandbox, "execs, PTY sessions and code cells in flight per sandbox")
-	fs.IntVar(&cfg.MaxExecsPerKey, "max-execs-per-key", cfg.MaxExecsPerKey, "execs, PTY sessions and code cells in flight per API key")
-	fs.IntVar(&cfg.ExecMemoryMB, "exec-memory-mb", cfg.ExecMemoryMB, "MiB the execs, PTY sessions and code cells in flight may hold, daemon-wide")
-	fs.Var(&cfg.EndedRetention, "ended-retention", "how long ended sandboxes stay visible (stopped or failed, with why)")
+	fs.StringVar(configPath, configFlag, "", "JSON config file")
+	for _, s := range settings {
+		s.define(fs, cfg)
+	}
+	defaults := *cfg
+	fs.Usage = func() { writeUsage(usageOut, defaults) }
 	return fs
+}
+
+// writeUsage writes `airlock serve --help`: every setting with its flag,
+// environment variable, JSON key and default.
+func writeUsage(w io.Writer, defaults Config) {
+	fmt.Fprint(w, `Usage: airlock serve [flags]
+
+Runs the Airlock daemon. Each setting comes from, in increasing precedence:
+its default, the JSON config file (--config FILE or AIRLOCK_CONFIG), its
+AIRLOCK_* environment variable, its flag. The file is one JSON object of
+the keys below; durations are strings such as "90s" or "5m". An unknown
+key or AIRLOCK_* variable is an error (AIRLOCK_URL, AIRLOCK_API_KEY and
+AIRLOCK_REGISTRY_PASSWORD belong to the client and are ignored).
+docs/OPERATIONS.md describes each setting.
+
+`)
+	fmt.Fprintf(w, "  --%s FILE\n        JSON config file\n        env %s\n", configFlag, configEnv)
+	for _, s := range settings {
+		fmt.Fprintf(w, "  --%s %s\n        %s\n        env %s, JSON %q", s.name, s.arg, s.usage, envName(s.name), jsonKey(s.name))
+		if d := defaultText(s, defaults); d != "" {
+			fmt.Fprintf(w, ", default %s", d)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// defaultText is the setting's value in defaults as --help shows it, or ""
+// when it is empty.
+func defaultText(s setting, defaults Config) string {
+	switch p := s.field(&defaults).(type) {
+	case *string:
+		if *p == "" {
+			return ""
+		}
+		return strconv.Quote(*p)
+	case *int:
+		return strconv.Itoa(*p)
+	case *float64:
+		return strconv.FormatFloat(*p, 'g', -1, 64)
+	case *Duration:
+		return p.String()
+	}
+	return ""
 }
 
 // loadFile reads a JSON config file over cfg; unknown keys are an error.
@@ -225,59 +340,34 @@ func loadFile(path string, cfg *Config) error {
 	return nil
 }
 
-// envKeys maps every AIRLOCK_* variable the daemon reads to its setter.
-// AIRLOCK_URL, AIRLOCK_API_KEY and AIRLOCK_REGISTRY_PASSWORD belong to
-// the client and are ignored here; any other unknown AIRLOCK_* variable is an error, like an unknown
-// config key.
-func envKeys(cfg *Config) map[string]func(string) error {
-	str := func(p *string) func(string) error { return func(v string) error { *p = v; return nil } }
-	num := func(p *int) func(string) error {
-		return func(v string) error {
-			n, err := strconv.Atoi(v)
-			*p = n
-			return err
-		}
-	}
-	return map[string]func(string) error{
-		"AIRLOCK_LISTEN":           str(&cfg.Listen),
-		"AIRLOCK_DATA_DIR":         str(&cfg.DataDir),
-		"AIRLOCK_DEFAULT_TEMPLATE": str(&cfg.DefaultTemplate),
-		"AIRLOCK_POOL_SIZE":        num(&cfg.PoolSize),
-		"AIRLOCK_MAX_SANDBOXES":    num(&cfg.MaxSandboxes),
-		"AIRLOCK_DEFAULT_TIMEOUT":  cfg.DefaultTimeout.Set,
-		"AIRLOCK_MAX_LIFETIME":     cfg.MaxLifetime.Set,
-		"AIRLOCK_RATE_LIMIT": func(v string) error {
-			f, err := strconv.ParseFloat(v, 64)
-			cfg.RateLimit = f
-			return err
-		},
-		"AIRLOCK_RATE_BURST":                num(&cfg.RateBurst),
-		"AIRLOCK_LOG_LEVEL":                 str(&cfg.LogLevel),
-		"AIRLOCK_AUDIT_CHECKPOINT_INTERVAL": cfg.AuditCheckpointInterval.Set,
-		"AIRLOCK_AUDIT_CHECKPOINT_FILE":     str(&cfg.AuditCheckpointFile),
-		"AIRLOCK_MAX_EXECS_PER_SANDBOX":     num(&cfg.MaxExecsPerSandbox),
-		"AIRLOCK_MAX_EXECS_PER_KEY":         num(&cfg.MaxExecsPerKey),
-		"AIRLOCK_EXEC_MEMORY_MB":            num(&cfg.ExecMemoryMB),
-		"AIRLOCK_ENDED_RETENTION":           cfg.EndedRetention.Set,
-	}
-}
-
-var clientEnv = map[string]bool{"AIRLOCK_URL": true, "AIRLOCK_API_KEY": true, "AIRLOCK_CONFIG": true,
+// clientEnv are the AIRLOCK_* variables that are not settings of the
+// daemon and are ignored: the client's, and the config file's (read
+// before the others). Any other unknown AIRLOCK_* variable is an error,
+// like an unknown config key.
+var clientEnv = map[string]bool{"AIRLOCK_URL": true, "AIRLOCK_API_KEY": true, configEnv: true,
 	"AIRLOCK_REGISTRY_PASSWORD": true, // airlock template build
 }
 
+// applyEnv sets cfg from the AIRLOCK_* variables of env, each as its flag
+// would.
 func applyEnv(env map[string]string, cfg *Config) error {
-	setters := envKeys(cfg)
+	fs := flag.NewFlagSet("env", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	flags := make(map[string]string, len(settings))
+	for _, s := range settings {
+		s.define(fs, cfg)
+		flags[envName(s.name)] = s.name
+	}
 	for k, v := range env {
 		if clientEnv[k] {
 			continue
 		}
-		set, ok := setters[k]
+		name, ok := flags[k]
 		if !ok {
-			return fmt.Errorf("unknown environment variable %s: %w", k, errdefs.ErrInvalidArgument)
+			return fmt.Errorf("unknown environment variable %s (airlock serve --help lists them): %w", k, errdefs.ErrInvalidArgument)
 		}
-		if err := set(v); err != nil {
-			return fmt.Errorf("%s: %w: %v", k, errdefs.ErrInvalidArgument, err)
+		if err := fs.Set(name, v); err != nil {
+			return fmt.Errorf("%s=%q: %w: %v", k, v, errdefs.ErrInvalidArgument, err)
 		}
 	}
 	return nil

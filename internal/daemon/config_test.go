@@ -3,9 +3,11 @@ package daemon
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -179,5 +181,149 @@ func TestLoadConfigAuditCheckpoints(t *testing.T) {
 		if _, err := LoadConfig(args, nil, io.Discard); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "audit checkpoint") {
 			t.Errorf("%v: %v, want an invalid audit checkpoint setting", args, err)
 		}
+	}
+}
+
+// TestSettingsTable: every Config field is a setting of the table, once,
+// with a flag, an environment variable and a JSON key equal to the
+// field's json tag; and each of the three sets the field. Issue 22,
+// finding 5: a setting reachable one way and not another, or
+// undocumented, is what the table prevents.
+func TestSettingsTable(t *testing.T) {
+	var c Config
+	cv := reflect.ValueOf(&c).Elem()
+	byField := map[uintptr]setting{}
+	names := map[string]bool{}
+	for _, s := range settings {
+		p := reflect.ValueOf(s.field(&c))
+		if p.Kind() != reflect.Pointer {
+			t.Fatalf("setting %s: field is %T, want a pointer", s.name, s.field(&c))
+		}
+		if _, dup := byField[p.Pointer()]; dup {
+			t.Errorf("two settings write the field of %s", s.name)
+		}
+		byField[p.Pointer()] = s
+		if names[s.name] || s.name == configFlag {
+			t.Errorf("setting %s twice", s.name)
+		}
+		names[s.name] = true
+		if s.arg == "" || s.usage == "" {
+			t.Errorf("setting %s: no argument name or usage for --help", s.name)
+		}
+	}
+	for i := 0; i < cv.NumField(); i++ {
+		f := cv.Type().Field(i)
+		s, ok := byField[cv.Field(i).Addr().Pointer()]
+		switch {
+		case !ok:
+			t.Errorf("Config.%s is not in the settings table", f.Name)
+		case f.Tag.Get("json") != jsonKey(s.name):
+			t.Errorf("Config.%s: json tag %q, setting %s has key %q", f.Name, f.Tag.Get("json"), s.name, jsonKey(s.name))
+		}
+	}
+	if len(byField) != cv.NumField() {
+		t.Errorf("%d settings for %d Config fields", len(byField), cv.NumField())
+	}
+
+	dir := t.TempDir()
+	for _, s := range settings {
+		var text, jsonText string
+		var want any
+		switch s.field(&c).(type) {
+		case *string:
+			text, jsonText, want = "/some/value", `"/some/value"`, "/some/value"
+		case *int:
+			text, jsonText, want = "7", "7", 7
+		case *float64:
+			text, jsonText, want = "2.5", "2.5", 2.5
+		case *Duration:
+			text, jsonText, want = "7s", `"7s"`, Duration(7*time.Second)
+		}
+		got := func(c *Config) any { return reflect.ValueOf(s.field(c)).Elem().Interface() }
+
+		var byFlag Config
+		if err := newFlagSet(&byFlag, new(string), io.Discard).Parse([]string{"--" + s.name, text}); err != nil || got(&byFlag) != want {
+			t.Errorf("flag --%s %s: %v, %v; want %v", s.name, text, got(&byFlag), err, want)
+		}
+		var byEnv Config
+		if err := applyEnv(map[string]string{envName(s.name): text}, &byEnv); err != nil || got(&byEnv) != want {
+			t.Errorf("env %s=%s: %v, %v; want %v", envName(s.name), text, got(&byEnv), err, want)
+		}
+		var byFile Config
+		file := filepath.Join(dir, s.name+".json")
+		if err := os.WriteFile(file, []byte(`{"`+jsonKey(s.name)+`":`+jsonText+`}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := loadFile(file, &byFile); err != nil || got(&byFile) != want {
+			t.Errorf("file key %q: %v, %v; want %v", jsonKey(s.name), got(&byFile), err, want)
+		}
+	}
+}
+
+// TestServeHelp: `airlock serve --help` shows every flag the parser
+// defines, each with its environment variable, its JSON key and its
+// default.
+func TestServeHelp(t *testing.T) {
+	var out strings.Builder
+	if _, err := LoadConfig([]string{"--help"}, nil, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	help := out.String()
+	cfg := Defaults()
+	fs := newFlagSet(&cfg, new(string), io.Discard)
+	n := 0
+	fs.VisitAll(func(f *flag.Flag) {
+		n++
+		if !strings.Contains(help, "\n  --"+f.Name+" ") {
+			t.Errorf("--help does not show --%s", f.Name)
+		}
+	})
+	if n != len(settings)+1 {
+		t.Errorf("%d flags, want %d settings and --config", n, len(settings))
+	}
+	if !strings.Contains(help, "--config FILE\n        JSON config file\n        env AIRLOCK_CONFIG\n") {
+		t.Errorf("--help does not give --config's variable:\n%s", help)
+	}
+	for _, s := range settings {
+		line := fmt.Sprintf("env %s, JSON %q", envName(s.name), jsonKey(s.name))
+		if d := defaultText(s, Defaults()); d != "" {
+			line += ", default " + d
+		}
+		if !strings.Contains(help, "  --"+s.name+" "+s.arg+"\n        "+s.usage+"\n        "+line+"\n") {
+			t.Errorf("--help lacks %q for --%s:\n%s", line, s.name, help)
+		}
+	}
+	for _, want := range []string{`default "127.0.0.1:7070"`, "AIRLOCK_POOL_SIZE", `JSON "exec_memory_mb", default 512`, "default 24h0m0s"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("--help lacks %q", want)
+		}
+	}
+}
+
+// TestSettingsDocumented: docs/OPERATIONS.md's configuration table has a
+// row for every setting, so that the config file's keys are documented.
+func TestSettingsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/OPERATIONS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range settings {
+		if !strings.Contains(string(doc), "\n| `"+jsonKey(s.name)+"` |") {
+			t.Errorf("docs/OPERATIONS.md has no row for the setting %q", jsonKey(s.name))
+		}
+	}
+}
+
+// TestEnvErrors: an unknown AIRLOCK_* variable and a bad value name the
+// variable and point to the list.
+func TestEnvErrors(t *testing.T) {
+	var c Config
+	err := applyEnv(map[string]string{"AIRLOCK_POOLSIZE": "3"}, &c)
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "unknown environment variable AIRLOCK_POOLSIZE (airlock serve --help lists them)") {
+		t.Errorf("unknown variable: %v", err)
+	}
+	err = applyEnv(map[string]string{"AIRLOCK_MAX_LIFETIME": "forever"}, &c)
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), `AIRLOCK_MAX_LIFETIME="forever"`) {
+		t.Errorf("bad duration: %v", err)
 	}
 }

@@ -36,8 +36,11 @@ func (b *box) add(lang Language, cwd string, env map[string]string, isDefault bo
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.contexts) >= b.m.lim.MaxContexts {
-		return nil, fmt.Errorf("sandbox %s has %d code contexts, the limit; delete one first: %w",
-			b.id, len(b.contexts), errdefs.ErrResourceExhausted)
+		// A failed precondition, not resource exhausted (429): the
+		// limit holds until the caller deletes a context, so retrying
+		// cannot help.
+		return nil, fmt.Errorf("sandbox %s has %d code contexts, the most it may have; delete one (DELETE /v1/sandboxes/%s/contexts/ID) before creating another: %w",
+			b.id, len(b.contexts), b.id, errdefs.ErrFailedPrecondition)
 	}
 	c := &codeContext{
 		b: b, id: newContextID(), lang: lang, cwd: cwd, env: env, isDefault: isDefault,

@@ -248,7 +248,8 @@ var _ Sandboxes = (*sandbox.Manager)(nil)
 // Limits bound contexts and cells. Zero fields take the defaults given.
 type Limits struct {
 	// MaxContexts caps the contexts of one sandbox, default ones
-	// included. Default 8.
+	// included; past it a new context fails with ErrFailedPrecondition
+	// until one is deleted. Default 8.
 	MaxContexts int
 	// MaxCodeBytes caps a cell's code. Default 512 KiB.
 	MaxCodeBytes int
@@ -514,8 +515,11 @@ func (m *Manager) checkRun(req *RunRequest) error {
 		return fmt.Errorf("code is %d bytes, the limit is %d: %w", len(req.Code), m.lim.MaxCodeBytes, errdefs.ErrInvalidArgument)
 	case strings.IndexByte(req.Code, 0) >= 0:
 		return fmt.Errorf("code must not contain NUL bytes: %w", errdefs.ErrInvalidArgument)
-	case req.Timeout < 0 || req.Timeout > m.lim.MaxTimeout:
-		return fmt.Errorf("timeout must be between 0 and %v: %w", m.lim.MaxTimeout, errdefs.ErrInvalidArgument)
+	case req.Timeout < 0:
+		return fmt.Errorf("timeout must not be negative: %w", errdefs.ErrInvalidArgument)
+	case req.Timeout > m.lim.MaxTimeout:
+		return fmt.Errorf("timeout is above the maximum of %d s (%v): %w",
+			int64(m.lim.MaxTimeout/time.Second), m.lim.MaxTimeout, errdefs.ErrInvalidArgument)
 	case req.Timeout == 0:
 		req.Timeout = m.lim.DefaultTimeout
 	}

@@ -61,10 +61,10 @@ func TestContextCap(t *testing.T) {
 	if _, err := b.defaultContext(Bash); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.add(Python, "", nil, false); !errors.Is(err, errdefs.ErrResourceExhausted) {
+	if _, err := b.add(Python, "", nil, false); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "sandbox sb has 2 code contexts, the most it may have; delete one") {
 		t.Errorf("a named context over the cap: %v", err)
 	}
-	if _, err := b.defaultContext(Python); !errors.Is(err, errdefs.ErrResourceExhausted) {
+	if _, err := b.defaultContext(Python); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("a default context over the cap: %v", err)
 	}
 	b.remove(c1)

@@ -109,6 +109,15 @@ type Spec struct {
 	// to the sandbox's own user namespace, and may write anywhere in the
 	// root filesystem rather than only under its top-level directories.
 	Build bool `json:"build,omitempty"`
+	// Deadline, if set, is when the sandbox's agent ends the sandbox by
+	// itself (kills every process, then exits) should nothing have
+	// destroyed it before: host wall-clock time, which the agent turns
+	// into a time left when it starts and counts on a clock the sandbox
+	// cannot set. The lifecycle manager gives its expiry plus a grace, so
+	// that its own reaper normally ends the sandbox first, and moves it
+	// later through the agent (agentclient.SetDeadline). A backend must
+	// pass it to the agent.
+	Deadline time.Time `json:"deadline,omitzero"`
 }
 
 // IDPattern is the syntax of sandbox IDs: it keeps IDs safe to use in host

@@ -32,7 +32,8 @@ func (m *Manager) watchAgent(rec *record) {
 
 // agentDied ends a sandbox whose agent exited on its own: it is failed at
 // once (operations on it fail saying so) and released at once, as a
-// destroy does, with EndAgentDied on the record. An exit that a destroy
+// destroy does, with EndAgentDied on the record; or, past its expiry
+// (the agent ended it at its deadline), stopped with EndExpired. An exit that a destroy
 // caused, or that comes after the sandbox ended, changes nothing.
 func (m *Manager) agentDied(rec *record) {
 	m.mu.Lock()
@@ -41,7 +42,16 @@ func (m *Manager) agentDied(rec *record) {
 	if closed {
 		return // the next daemon finds it gone and records that
 	}
-	if err := m.end(context.Background(), rec, EndAgentDied, time.Now()); err != nil {
+	// An agent that exits after the sandbox's expiry ended it at its
+	// own deadline (deadline.go): the reaper did not get there first.
+	now := time.Now()
+	reason := EndAgentDied
+	m.mu.Lock()
+	if rec.dueLocked(EndExpired, now) {
+		reason = EndExpired
+	}
+	m.mu.Unlock()
+	if err := m.end(context.Background(), rec, reason, now); err != nil {
 		m.log.Warn("releasing a sandbox whose agent exited", "sandbox", rec.sb.ID, "err", err)
 	}
 }
@@ -67,8 +77,11 @@ func (m *Manager) end(ctx context.Context, rec *record, reason string, now time.
 	m.mu.Unlock()
 	m.log.Info("ending sandbox", "sandbox", e.ID, "reason", reason)
 	finish := m.beginEnd(ctx, e)
-	err := m.runDestroy(ctx, rec, reason)
+	err := m.runDestroy(ctx, rec, reason, true)
 	finish(err)
+	if err == nil {
+		m.forgetFile(e.ID) // the end is on the record
+	}
 	return err
 }
 
@@ -134,15 +147,16 @@ func (r *record) notRunningErr() error {
 	case sb.EndReason == EndAgentDied:
 		return fmt.Errorf("sandbox %s has ended: %s; create a new sandbox: %w", sb.ID, agentDiedError, errdefs.ErrFailedPrecondition)
 	case sb.EndReason != "":
-		return fmt.Errorf("sandbox %s has ended (%s): %w", sb.ID, endWords(sb.EndReason), errdefs.ErrFailedPrecondition)
+		return fmt.Errorf("sandbox %s has ended (%s): %w", sb.ID, EndWords(sb.EndReason), errdefs.ErrFailedPrecondition)
 	case sb.State == StateFailed && sb.Error != "":
 		return fmt.Errorf("sandbox %s is failed: %s: %w", sb.ID, sb.Error, errdefs.ErrFailedPrecondition)
 	}
 	return fmt.Errorf("sandbox %s is %s: %w", sb.ID, sb.State, errdefs.ErrFailedPrecondition)
 }
 
-// endWords says an end reason in words, for errors.
-func endWords(reason string) string {
+// EndWords says an end reason (Sandbox.EndReason) in words, for errors:
+// "deleted", "it expired", ... An unknown reason is returned as it is.
+func EndWords(reason string) string {
 	switch reason {
 	case EndDeleted:
 		return "deleted"

@@ -316,7 +316,7 @@ func (m *Manager) createCold(ctx context.Context, rs resolvedSpec) (Sandbox, err
 	if wanted {
 		// Destroyed while being created: finish the job for the caller
 		// of Destroy and report what is left.
-		err := m.destroyRecord(ctx, rec, "destroyed while creating")
+		err := m.destroyRecord(ctx, rec, "destroyed while creating", false)
 		m.mu.Lock()
 		sb = rec.snapshot()
 		m.mu.Unlock()
@@ -393,16 +393,39 @@ func (m *Manager) startInstance(ctx context.Context, src template.Source, id str
 	if err != nil {
 		return nil, err
 	}
-	inst, err := m.rt.Create(ctx, runtime.Spec{ID: id, Rootfs: rootfs, Limits: limits, Labels: labels})
+	spec := runtime.Spec{ID: id, Rootfs: rootfs, Limits: limits, Labels: labels}
+	if !p.Pool {
+		// A pool member gets its deadline when it is claimed.
+		spec.Deadline = m.agentDeadline(p.ExpiresAt)
+	}
+	inst, err := m.rt.Create(ctx, spec)
 	if err != nil {
 		m.log.Warn("runtime create failed", "sandbox", id, "err", err)
 		if ctx.Err() != nil {
 			return nil, ctxErr(ctx, "create sandbox")
 		}
-		return nil, publicErr("create sandbox", err)
+		return nil, createErr(id, err)
 	}
 	return inst, nil
 }
+
+// createErr is publicErr for a failed create in the runtime. The runtime
+// names the sandbox by the id it was to have; the create failed, so the
+// caller never got that id and it names nothing: it is left out of the
+// message, which keeps the cause and its class.
+func createErr(id string, err error) error {
+	err = publicErr("create sandbox", err)
+	return &rewordedErr{msg: strings.ReplaceAll(err.Error(), "sandbox "+id+": ", ""), err: err}
+}
+
+// rewordedErr is err with another message.
+type rewordedErr struct {
+	msg string
+	err error
+}
+
+func (e *rewordedErr) Error() string { return e.msg }
+func (e *rewordedErr) Unwrap() error { return e.err }
 
 // publicErr wraps a runtime error for callers that may show it to users.
 // Internal and unavailable errors typically carry OS details (host
@@ -505,11 +528,45 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 	if !ok {
 		return notFound(id)
 	}
-	return m.destroyRecord(ctx, rec, "requested")
+	return m.destroyRecord(ctx, rec, "requested", false)
 }
 
-// destroyRecord drives rec to stopped (see Destroy).
-func (m *Manager) destroyRecord(ctx context.Context, rec *record, reason string) error {
+// DestroyRecorded is Destroy for a caller that records the end itself:
+// once the sandbox is destroyed it calls recorded (the API commits the
+// delete's audit outcome there) and only then forgets the sandbox's record
+// file. A daemon killed between the two finds the file at its next start,
+// with the sandbox gone, and records the end itself (destroy_interrupted):
+// no sandbox vanishes without a record. recorded is not called when the
+// destroy fails; its error is returned.
+func (m *Manager) DestroyRecorded(ctx context.Context, id string, recorded func() error) error {
+	m.mu.Lock()
+	rec, ok := m.records[id]
+	m.mu.Unlock()
+	if !ok {
+		return notFound(id)
+	}
+	if err := m.destroyRecord(ctx, rec, "requested", true); err != nil {
+		return err
+	}
+	if err := recorded(); err != nil {
+		return err
+	}
+	m.forgetFile(id)
+	return nil
+}
+
+// forgetFile removes the record file of a sandbox whose end is on the
+// record.
+func (m *Manager) forgetFile(id string) {
+	if err := m.state.remove(id); err != nil {
+		m.log.Warn("removing sandbox state", "sandbox", id, "err", err)
+	}
+}
+
+// destroyRecord drives rec to stopped (see Destroy). With keepFile the
+// record file stays (marked ending) once the sandbox is destroyed, for the
+// caller to remove when the end is on the record (forgetFile).
+func (m *Manager) destroyRecord(ctx context.Context, rec *record, reason string, keepFile bool) error {
 	for {
 		m.mu.Lock()
 		if rec.ending {
@@ -552,7 +609,7 @@ func (m *Manager) destroyRecord(ctx context.Context, rec *record, reason string)
 		m.mu.Unlock()
 		break
 	}
-	return m.runDestroy(ctx, rec, reason)
+	return m.runDestroy(ctx, rec, reason, keepFile)
 }
 
 // beginDestroyLocked marks rec as being destroyed for reason, showing
@@ -566,8 +623,9 @@ func (m *Manager) beginDestroyLocked(rec *record, reason string, state State) {
 // runDestroy destroys rec, which its caller marked (beginDestroyLocked),
 // and reports the result to those waiting. On success the sandbox has
 // ended: it is in its endState, its MaxConcurrent slot is free and its
-// record is kept for EndedRetention.
-func (m *Manager) runDestroy(ctx context.Context, rec *record, reason string) error {
+// record is kept for EndedRetention; its record file is removed unless
+// keepFile (see destroyRecord).
+func (m *Manager) runDestroy(ctx context.Context, rec *record, reason string, keepFile bool) error {
 	id := rec.sb.ID
 	rec.client.Close()
 	// The record says the sandbox is ending before the runtime starts on
@@ -589,11 +647,11 @@ func (m *Manager) runDestroy(ctx context.Context, rec *record, reason string) er
 	cancel()
 	if err == nil {
 		m.atStep(stepDestroyKilled, id)
-		rec.saveMu.Lock()
-		if rerr := m.state.remove(id); rerr != nil {
-			m.log.Warn("removing sandbox state", "sandbox", id, "err", rerr)
+		if !keepFile {
+			rec.saveMu.Lock()
+			m.forgetFile(id)
+			rec.saveMu.Unlock()
 		}
-		rec.saveMu.Unlock()
 	}
 
 	m.mu.Lock()
@@ -628,7 +686,9 @@ func (m *Manager) runDestroy(ctx context.Context, rec *record, reason string) er
 }
 
 // SetTimeout makes the sandbox expire d from now. The new expiry may not
-// pass the sandbox's MaxExpiresAt (ErrInvalidArgument). It returns the
+// pass the sandbox's MaxExpiresAt (ErrInvalidArgument). The sandbox's
+// agent takes the new deadline first (see deadline.go); when it does not
+// (its error, typically ErrUnavailable), nothing changes. It returns the
 // updated sandbox.
 func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration) (Sandbox, error) {
 	if d <= 0 {
@@ -662,6 +722,19 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration) (S
 		return Sandbox{}, fmt.Errorf("timeout %v passes the sandbox's maximum lifetime (%v left): %w", d, left, errdefs.ErrInvalidArgument)
 	}
 	old := rec.sb.ExpiresAt
+	m.mu.Unlock()
+	// The agent first: its own deadline must never come before the
+	// expiry the daemon keeps, or it would end the sandbox early.
+	if err := m.tellDeadline(ctx, rec.client, exp); err != nil {
+		m.log.Warn("the agent did not take the new deadline", "sandbox", id, "err", err)
+		return Sandbox{}, publicErr("set timeout: the sandbox's agent did not take its new deadline", err)
+	}
+	m.mu.Lock()
+	if s := rec.sb.State; (s != StateRunning && s != StateFailed) || rec.ending || rec.sb.Ended() {
+		err := rec.notRunningErr()
+		m.mu.Unlock()
+		return Sandbox{}, err
+	}
 	rec.sb.ExpiresAt = exp
 	p := rec.persisted()
 	m.mu.Unlock()
@@ -671,6 +744,8 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration) (S
 			rec.sb.ExpiresAt = old
 		}
 		m.mu.Unlock()
+		// Best effort: the agent's deadline back to the expiry kept.
+		_ = m.tellDeadline(ctx, rec.client, old)
 		return Sandbox{}, err
 	}
 	m.mu.Lock()

@@ -72,14 +72,16 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req agentclient.E
 	return p, nil
 }
 
-// ReadFile streams the file at path in sandbox id into w.
-func (m *Manager) ReadFile(ctx context.Context, id, path string, w io.Writer) (*agentclient.EntryInfo, error) {
+// ReadFile streams the file at path in sandbox id into w. The file
+// operations act as the sandbox's default user unless opts name another
+// (agentclient.AsUser).
+func (m *Manager) ReadFile(ctx context.Context, id, path string, w io.Writer, opts ...agentclient.FileOption) (*agentclient.EntryInfo, error) {
 	rec, done, err := m.acquire(id)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	return rec.client.ReadFile(ctx, path, w)
+	return rec.client.ReadFile(ctx, path, w, opts...)
 }
 
 // WriteFile streams r into the file at path in sandbox id.
@@ -93,53 +95,53 @@ func (m *Manager) WriteFile(ctx context.Context, id, path string, r io.Reader, o
 }
 
 // ListDir lists the directory at path in sandbox id to depth levels.
-func (m *Manager) ListDir(ctx context.Context, id, path string, depth int) ([]agentclient.EntryInfo, bool, error) {
+func (m *Manager) ListDir(ctx context.Context, id, path string, depth int, opts ...agentclient.FileOption) ([]agentclient.EntryInfo, bool, error) {
 	rec, done, err := m.acquire(id)
 	if err != nil {
 		return nil, false, err
 	}
 	defer done()
-	return rec.client.ListDir(ctx, path, depth)
+	return rec.client.ListDir(ctx, path, depth, opts...)
 }
 
 // Stat describes path in sandbox id.
-func (m *Manager) Stat(ctx context.Context, id, path string) (*agentclient.EntryInfo, error) {
+func (m *Manager) Stat(ctx context.Context, id, path string, opts ...agentclient.FileOption) (*agentclient.EntryInfo, error) {
 	rec, done, err := m.acquire(id)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	return rec.client.Stat(ctx, path)
+	return rec.client.Stat(ctx, path, opts...)
 }
 
 // MakeDir creates the directory path in sandbox id.
-func (m *Manager) MakeDir(ctx context.Context, id, path string, parents bool) (*agentclient.EntryInfo, error) {
+func (m *Manager) MakeDir(ctx context.Context, id, path string, parents bool, opts ...agentclient.FileOption) (*agentclient.EntryInfo, error) {
 	rec, done, err := m.acquire(id)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	return rec.client.MakeDir(ctx, path, parents)
+	return rec.client.MakeDir(ctx, path, parents, opts...)
 }
 
 // Remove deletes path in sandbox id.
-func (m *Manager) Remove(ctx context.Context, id, path string, recursive bool) error {
+func (m *Manager) Remove(ctx context.Context, id, path string, recursive bool, opts ...agentclient.FileOption) error {
 	rec, done, err := m.acquire(id)
 	if err != nil {
 		return err
 	}
 	defer done()
-	return rec.client.Remove(ctx, path, recursive)
+	return rec.client.Remove(ctx, path, recursive, opts...)
 }
 
 // Move renames src to dst in sandbox id.
-func (m *Manager) Move(ctx context.Context, id, src, dst string) (*agentclient.EntryInfo, error) {
+func (m *Manager) Move(ctx context.Context, id, src, dst string, opts ...agentclient.FileOption) (*agentclient.EntryInfo, error) {
 	rec, done, err := m.acquire(id)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	return rec.client.Move(ctx, src, dst)
+	return rec.client.Move(ctx, src, dst, opts...)
 }
 
 // Stats reports the resource use of sandbox id. It does not count as

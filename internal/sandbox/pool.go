@@ -106,14 +106,14 @@ func (m *Manager) claim(ctx context.Context, p *pool, rs resolvedSpec) (sb Sandb
 
 		now := time.Now()
 		rec := m.claimRecord(pm, p, rs, now)
-		// A member whose agent died would hand out a broken sandbox. The
-		// ping and the state file are independent: do them side by side.
+		// A member whose agent died would hand out a broken sandbox: the
+		// agent must take the sandbox's deadline, which doubles as the
+		// ping. That and the state file are independent: do them side
+		// by side.
 		saved := make(chan error, 1)
 		p := rec.persisted()
 		go func() { saved <- m.state.save(rec.sb.ID, p) }()
-		pctx, cancel := context.WithTimeout(ctx, m.cfg.HealthTimeout)
-		_, perr := pm.client.Info(pctx)
-		cancel()
+		perr := m.tellDeadline(ctx, pm.client, rec.sb.ExpiresAt)
 		serr := <-saved
 		if perr != nil || serr != nil {
 			_ = m.state.remove(rec.sb.ID)

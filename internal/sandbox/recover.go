@@ -36,7 +36,9 @@ const (
 	EndDestroyInterrupted = "destroy_interrupted"
 	// EndExpired: the sandbox reached its expiry (ExpiresAt) and the
 	// reaper destroyed it, or a restart found it expired while no
-	// daemon ran.
+	// daemon ran, or its agent was found gone after its expiry: the
+	// agent ends its sandbox itself at its own deadline when no daemon
+	// did (see deadline.go).
 	EndExpired = "expired"
 	// EndIdle: the sandbox had no activity for its IdleTimeout and the
 	// reaper destroyed it.
@@ -46,7 +48,8 @@ const (
 	// manager released what was left. The sandbox is failed.
 	EndAgentDied = "agent_died"
 	// EndAgentGone: a restart found the sandbox's record but no live
-	// agent (it died, or the host rebooted); what was left was removed.
+	// agent (it died, or the host rebooted) before the sandbox's expiry;
+	// what was left was removed.
 	EndAgentGone = "agent_gone"
 	// EndNoRecord: a restart found a live sandbox without a usable
 	// record (so no owner); it was removed.
@@ -93,7 +96,9 @@ type EndRecorder interface {
 //     pool member, or unusable: the sandbox is stopping, and destroyed in
 //     the background.
 //   - a record without a live agent (the runtime has removed what was
-//     left): the record is removed.
+//     left): the record is removed, its end reported as EndExpired when
+//     its expiry had passed (the agent ended the sandbox at its own
+//     deadline), else EndAgentGone.
 //
 // Every sandbox that recovery ends, pool members aside, is reported to
 // Config.Ends with its reason. WaitRecovered waits for the background
@@ -259,9 +264,12 @@ func (m *Manager) recoverInstance(inst runtime.Instance, now time.Time) func(con
 		if !p.Pool {
 			finish = m.beginEnd(ctx, End{ID: id, Owner: p.Owner, Template: p.Template, Reason: reason, Origin: p.Origin})
 		}
-		derr := m.runDestroy(ctx, rec, "recovery: "+reason)
+		derr := m.runDestroy(ctx, rec, "recovery: "+reason, true)
 		if finish != nil {
 			finish(derr)
+		}
+		if derr == nil {
+			m.forgetFile(id) // the end is on the record
 		}
 	}
 }
@@ -301,6 +309,17 @@ func (m *Manager) adoptRecovered(ctx context.Context, rec *record) {
 	if ctx.Err() != nil {
 		return // shutting down: the next daemon adopts it
 	}
+	if err == nil {
+		// The agent's deadline again, from the record, before anything
+		// can change the expiry: a SetTimeout cut by the restart may have
+		// reached the agent or the record alone.
+		m.mu.Lock()
+		exp := rec.sb.ExpiresAt
+		m.mu.Unlock()
+		if derr := m.tellDeadline(ctx, rec.client, exp); derr != nil {
+			m.log.Warn("giving an adopted sandbox's agent its deadline", "sandbox", id, "err", derr)
+		}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if rec.sb.State != StateAdopting {
@@ -329,14 +348,18 @@ func (m *Manager) forgetGone(ctx context.Context, id string) {
 		reason = EndDestroyInterrupted
 	case ok && p.Pending:
 		reason = EndCreateInterrupted
+	case ok && !p.Pool:
+		// Past its expiry, the agent ended the sandbox at its own
+		// deadline (see deadline.go), or died after the sandbox was due
+		// to end anyway.
+		reason = expiredEnd(p.ExpiresAt, time.Now(), EndAgentGone)
 	}
 	finish := m.beginEnd(ctx, End{ID: id, Owner: p.Owner, Template: p.Template, Reason: reason, Origin: p.Origin})
-	err = m.state.remove(id)
-	if err != nil {
-		m.log.Warn("removing stale sandbox state", "sandbox", id, "err", err)
-	}
 	m.log.Info("sandbox gone at recovery", "sandbox", id, "reason", reason)
-	finish(nil) // the sandbox itself is gone; a stale file is the runtime's concern no more
+	finish(nil) // the sandbox itself is gone
+	// Only now that its end is on the record: a daemon killed before
+	// finds the file again and records the end then.
+	m.forgetFile(id)
 	if !ok {
 		return // no owner to show it to
 	}

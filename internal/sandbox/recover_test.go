@@ -89,6 +89,9 @@ func TestKillMatrix(t *testing.T) {
 		{step: stepCreateConfirmed, confirm: true, kept: true},
 		{step: stepDestroyMarked, confirm: true, destroy: true, end: EndDestroyInterrupted},
 		{step: stepDestroyKilled, confirm: true, destroy: true, end: EndDestroyInterrupted},
+		// The API's delete: destroyed, the daemon killed before the
+		// delete's outcome was committed.
+		{step: "destroy.unrecorded", confirm: true, destroy: true, end: EndDestroyInterrupted},
 	}
 	for _, tc := range cases {
 		t.Run(tc.step, func(t *testing.T) {
@@ -125,7 +128,14 @@ func TestKillMatrix(t *testing.T) {
 						return
 					}
 				}
-				if tc.destroy {
+				if tc.destroy && tc.step == "destroy.unrecorded" {
+					_ = m1.DestroyRecorded(ctx, sb.ID, func() error {
+						id = sb.ID
+						close(reached)
+						goruntime.Goexit() // the daemon dies before the outcome
+						return nil
+					})
+				} else if tc.destroy {
 					if err := m1.Destroy(ctx, sb.ID); err != nil {
 						t.Errorf("destroy: %v", err)
 					}

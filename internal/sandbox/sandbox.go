@@ -38,6 +38,10 @@
 // (processes left in its cgroups, cgroups, mounts, state dir, uid slot,
 // its record file and its MaxConcurrent slot), as a destroy does.
 //
+// A sandbox's agent holds a deadline of its own, the sandbox's expiry
+// plus Config.DeadlineGrace, and ends the sandbox itself when no daemon
+// has by then (see deadline.go): expiry holds while the daemon is down.
+//
 // Every end is on the record: the manager reports to Config.Ends each
 // sandbox it ends on its own authority (expiry, idle timeout, a dead
 // agent, recovery; see End), and Destroy's callers record theirs. An
@@ -226,6 +230,11 @@ type Config struct {
 	// ReapInterval is how often expiry and idleness are checked.
 	// Default 1 second.
 	ReapInterval time.Duration
+	// DeadlineGrace is how long after its expiry a sandbox's agent ends
+	// the sandbox by itself when no daemon has (see deadline.go): long
+	// enough for the reaper to win whenever it runs. Default 5 seconds,
+	// at most a minute.
+	DeadlineGrace time.Duration
 	// HealthInterval is how often running sandboxes' agents are pinged;
 	// a negative value disables health checks. Default 15 seconds.
 	HealthInterval time.Duration
@@ -316,6 +325,9 @@ func (c Config) withDefaults() Config {
 	if c.ReapInterval == 0 {
 		c.ReapInterval = time.Second
 	}
+	if c.DeadlineGrace == 0 {
+		c.DeadlineGrace = defaultDeadlineGrace
+	}
 	if c.HealthInterval == 0 {
 		c.HealthInterval = 15 * time.Second
 	}
@@ -371,6 +383,8 @@ func (c Config) Validate() error {
 		return bad("intervals and timeouts must be positive")
 	case c.HealthFailures < 0:
 		return bad("health failures must be positive")
+	case c.DeadlineGrace < 0 || c.DeadlineGrace > maxDeadlineGrace:
+		return bad("deadline grace must be between 0 and %v", maxDeadlineGrace)
 	case c.MaxEnded < 0 || c.MaxEnded > maxEnded:
 		return bad("max ended must be between 1 and %d", maxEnded)
 	case c.AdoptTimeout < 0:
@@ -411,8 +425,19 @@ func (c Config) Validate() error {
 // 0.05, a third of the 2 s health-check timeout.
 const MinCPUs = 0.05
 
+// The smallest memory, disk and pids limits a sandbox may have: below
+// them the agent and a shell cannot start (the native runtime refuses
+// them too). Create checks them with the other limits, so that a request
+// below them fails before anything of the sandbox exists.
+const (
+	MinMemoryBytes = 16 << 20
+	MinDiskBytes   = 1 << 20
+	MinPids        = 8
+)
+
 // checkLimits reports a negative field of l or, when capped, a field
-// above max or a CPU limit below MinCPUs.
+// above max or below its minimum (MinCPUs and the others). Memory and
+// disk are said in MiB, the unit of the API's memory_mb and disk_mb.
 func checkLimits(l, max runtime.Limits, capped bool) error {
 	if l.CPUs < 0 || l.MemoryBytes < 0 || l.Pids < 0 || l.DiskBytes < 0 {
 		return fmt.Errorf("limits must not be negative")
@@ -430,15 +455,30 @@ func checkLimits(l, max runtime.Limits, capped bool) error {
 	case l.CPUs > max.CPUs:
 		return fmt.Errorf("cpus %g is above the maximum %g", l.CPUs, max.CPUs)
 	case l.MemoryBytes > max.MemoryBytes:
-		return fmt.Errorf("memory %d bytes is above the maximum %d", l.MemoryBytes, max.MemoryBytes)
+		return fmt.Errorf("memory %s is above the maximum %s", inMiB(l.MemoryBytes), inMiB(max.MemoryBytes))
+	case l.MemoryBytes < MinMemoryBytes:
+		return fmt.Errorf("memory %s is below the minimum %s", inMiB(l.MemoryBytes), inMiB(MinMemoryBytes))
 	case l.Pids > max.Pids:
 		return fmt.Errorf("pids %d is above the maximum %d", l.Pids, max.Pids)
+	case l.Pids < MinPids:
+		return fmt.Errorf("pids %d is below the minimum %d", l.Pids, MinPids)
 	case l.DiskBytes > max.DiskBytes:
-		return fmt.Errorf("disk %d bytes is above the maximum %d", l.DiskBytes, max.DiskBytes)
+		return fmt.Errorf("disk %s is above the maximum %s", inMiB(l.DiskBytes), inMiB(max.DiskBytes))
+	case l.DiskBytes < MinDiskBytes:
+		return fmt.Errorf("disk %s is below the minimum %s", inMiB(l.DiskBytes), inMiB(MinDiskBytes))
 	case l.NoFile > max.NoFile:
 		return fmt.Errorf("nofile %d is above the maximum %d", l.NoFile, max.NoFile)
 	}
 	return nil
+}
+
+// inMiB says n bytes in MiB, or in bytes when it is not a whole number
+// of MiB.
+func inMiB(n int64) string {
+	if n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // defaultsFor returns the limits a sandbox of src gets for the fields a

@@ -5,23 +5,113 @@
 // skipped, with the reason it gave. scripts/test pipes the test run through
 // it, so that a skipped test is never silent.
 //
-// It exits 1 when a package or test failed or the event stream was cut
-// short, 2 on unreadable input, else 0.
+// With -no-skip (scripts/test sets it when AIRLOCK_TEST_NO_SKIP=1, as CI
+// does) a skipped test fails the run unless an entry of the allowlist
+// given with -allow names it: a test that skips by design, such as one
+// that runs only inside the cgroup v2 guests of internal/vmtest. So CI
+// proves what a passing run claims.
+//
+// It exits 1 when a package or test failed, a skip was not allowed or the
+// event stream was cut short, 2 on unreadable input or allowlist, else 0.
 package main
 
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
 )
 
 func main() {
-	os.Exit(run(os.Stdin, os.Stdout))
+	var opts options
+	flag.BoolVar(&opts.noSkip, "no-skip", false, "fail the run on a skipped test that the allowlist does not name")
+	allow := flag.String("allow", "", "allowlist of the tests that skip by design (see allowed-skips.txt)")
+	flag.Parse()
+	if *allow != "" {
+		f, err := os.Open(*allow)
+		if err == nil {
+			opts.allowed, err = parseAllowlist(f)
+			f.Close()
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "testsummary: allowlist %s: %v\n", *allow, err)
+			os.Exit(2)
+		}
+		opts.allowFile = *allow
+	}
+	os.Exit(run(os.Stdin, os.Stdout, opts))
+}
+
+// options are the command's flags.
+type options struct {
+	noSkip    bool
+	allowed   []allowed
+	allowFile string // for messages
+}
+
+// allowed is one entry of the allowlist: the skips of tests in pkg (the
+// path after the module's) whose full name (Test/sub) test matches
+// entirely; why says why they skip by design.
+type allowed struct {
+	line    int
+	pkg     string
+	pattern string
+	test    *regexp.Regexp
+	why     string
+}
+
+// maxAllowlistBytes caps the allowlist file.
+const maxAllowlistBytes = 64 << 10
+
+// parseAllowlist reads an allowlist: one entry a line, "PACKAGE
+// TEST-REGEXP WHY...", separated by blanks; blank lines and lines starting
+// with # are ignored. Every entry must say why.
+func parseAllowlist(r io.Reader) ([]allowed, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxAllowlistBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxAllowlistBytes {
+		return nil, fmt.Errorf("larger than %d bytes", maxAllowlistBytes)
+	}
+	var out []allowed
+	for i, l := range strings.Split(string(b), "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		f := strings.Fields(l)
+		if len(f) < 3 {
+			return nil, fmt.Errorf("line %d: want PACKAGE TEST-REGEXP WHY, got %q", i+1, l)
+		}
+		re, err := regexp.Compile("^(?:" + f[1] + ")$")
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %v", i+1, err)
+		}
+		out = append(out, allowed{line: i + 1, pkg: f[0], pattern: f[1], test: re, why: strings.Join(f[2:], " ")})
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no entries")
+	}
+	return out, nil
+}
+
+// allowedBy returns the index of the first entry that allows sk, or -1.
+func (o *options) allowedBy(sk skip) int {
+	pkg := strings.TrimPrefix(sk.pkg, modulePrefix)
+	for i, a := range o.allowed {
+		if a.pkg == pkg && a.test.MatchString(sk.test) {
+			return i
+		}
+	}
+	return -1
 }
 
 // event is one line of `go test -json` (see `go doc test2json`).
@@ -41,6 +131,7 @@ const maxKept = 256 << 10
 
 type summary struct {
 	out     io.Writer
+	opts    options
 	outputs map[string]*tail // by package + "\x00" + test
 	skips   []skip
 	failed  int
@@ -74,8 +165,8 @@ func (t *tail) String() string {
 	return string(t.b)
 }
 
-func run(in io.Reader, out io.Writer) int {
-	s := &summary{out: out, outputs: map[string]*tail{}, open: map[string]bool{}, builds: map[string]*tail{}}
+func run(in io.Reader, out io.Writer, opts options) int {
+	s := &summary{out: out, opts: opts, outputs: map[string]*tail{}, open: map[string]bool{}, builds: map[string]*tail{}}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
 	for sc.Scan() {
@@ -192,10 +283,40 @@ func (s *summary) finish() int {
 			fmt.Fprintf(s.out, "SKIP\t%s %s: %s\n", strings.TrimPrefix(k.pkg, modulePrefix), k.test, k.reason)
 		}
 	}
+	if s.opts.noSkip {
+		s.checkSkips()
+	}
 	if s.failed > 0 {
 		return 1
 	}
 	return 0
+}
+
+// checkSkips fails the run for every skip that no allowlist entry
+// allows (-no-skip), and notes the entries that allowed none.
+func (s *summary) checkSkips() {
+	used := make([]bool, len(s.opts.allowed))
+	var bad []skip
+	for _, k := range s.skips {
+		if i := s.opts.allowedBy(k); i >= 0 {
+			used[i] = true
+		} else {
+			bad = append(bad, k)
+		}
+	}
+	if len(bad) > 0 {
+		s.failed++
+		fmt.Fprintf(s.out, "\n== -no-skip: %d skipped test(s) not in the allowlist %s; each must run here (install what it needs) or be listed there with why it skips by design:\n",
+			len(bad), s.opts.allowFile)
+		for _, k := range bad {
+			fmt.Fprintf(s.out, "FAIL\t%s %s skipped: %s\n", strings.TrimPrefix(k.pkg, modulePrefix), k.test, k.reason)
+		}
+	}
+	for i, a := range s.opts.allowed {
+		if !used[i] {
+			fmt.Fprintf(s.out, "note: allowlist line %d (%s %s) allowed no skip in this run\n", a.line, a.pkg, a.pattern)
+		}
+	}
 }
 
 // packageOutput is a failed package's output outside its tests, less the

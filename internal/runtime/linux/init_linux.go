@@ -55,6 +55,10 @@ const (
 	stageServe = "serve"
 )
 
+// exitDeadline is the agent's exit status when it ended its sandbox at
+// the sandbox's deadline (agent.Options.End).
+const exitDeadline = 3
+
 // maxConfigBytes caps the configuration the agent reads.
 const maxConfigBytes = 16 << 20
 
@@ -227,7 +231,12 @@ func serveStage() int {
 		ReapAll:     true,
 		Cgroups:     execCgroups,
 		Changes:     changes,
-		Logger:      log,
+		// The deadline has passed and the agent has killed every
+		// process: as PID 1 its exit ends the PID namespace (the kernel
+		// kills whatever is left), and the next daemon records the end.
+		End:      func() { os.Exit(exitDeadline) },
+		Deadline: cfg.Deadline,
+		Logger:   log,
 	})
 	if err != nil {
 		return fail(err)

@@ -59,6 +59,9 @@ type initConfig struct {
 	IDMappedLayers bool `json:"idmapped_layers,omitempty"`
 	// Build makes a build sandbox (runtime.Spec.Build).
 	Build bool `json:"build,omitempty"`
+	// Deadline is when the agent ends the sandbox by itself
+	// (runtime.Spec.Deadline); zero for none.
+	Deadline time.Time `json:"deadline,omitzero"`
 
 	// ChangesFD is set by the setup stage for the serve stage: a
 	// descriptor of the overlay's upper directory (the writable layer),
@@ -196,6 +199,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 		MountDir:    mnt,
 		AgentBinary: r.bin,
 		Build:       spec.Build,
+		Deadline:    spec.Deadline,
 	}
 	extra := []*os.File{lnFile, cfgR, statusW}
 	cgFiles, cgSpec := deleg.ExtraFiles(fdListener + len(extra))

@@ -9,7 +9,10 @@
 // instances this value still holds whose agent answers, so a new sandbox
 // manager built over the same value adopts them. Crash simulates an agent
 // that dies, Hang one that stops answering but lives; SetCreateError and SetCreateDelay inject failures
-// and latency. Call Close (e.g. in t.Cleanup) to destroy everything.
+// and latency. A sandbox's deadline (runtime.Spec.Deadline, SetDeadline)
+// ends it as it ends a real one: its processes killed, its agent stopped
+// (Exited closes), what is left for Destroy or Recover to remove. Call
+// Close (e.g. in t.Cleanup) to destroy everything.
 package runtimefake
 
 import (
@@ -279,7 +282,15 @@ func (r *Runtime) start(ctx context.Context, inst *Instance, createErr error, de
 		DefaultUser: fakeDefaultUser(inst.spec.Rootfs.User),
 		Workdir:     inst.spec.Rootfs.Workdir,
 		BaseEnv:     env,
-		Logger:      r.log.With("sandbox", id),
+		// At the deadline the agent has killed what it tracks; the rest
+		// of the sandbox's processes go as Destroy's do, and the agent
+		// stops as a real one exits.
+		End: func() {
+			killMarked(markerEnv + "=" + inst.dir)
+			inst.stopAgent()
+		},
+		Deadline: inst.spec.Deadline,
+		Logger:   r.log.With("sandbox", id),
 	})
 	if err != nil {
 		return fmt.Errorf("sandbox %s: start agent: %w", id, err)

@@ -56,6 +56,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Errors", func(t *testing.T) { testErrors(t, h) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, h) })
 	t.Run("Recover", func(t *testing.T) { testRecover(t, h) })
+	t.Run("Deadline", func(t *testing.T) { testDeadline(t, h) })
 	if h.KillAgent != nil {
 		t.Run("AgentExit", func(t *testing.T) { testAgentExit(t, h) })
 	}
@@ -439,6 +440,54 @@ func testAgentExit(t *testing.T, h Harness) {
 		}
 	}
 	t.Fatalf("sandbox %s not adopted", kept.ID())
+}
+
+// deadlineNotice bounds how long after its deadline a sandbox's agent
+// has ended it.
+const deadlineNotice = 10 * time.Second
+
+// testDeadline: a sandbox ends by itself at its deadline, the one it was
+// created with (Spec.Deadline) or one set later through its agent, with
+// its processes; not before; and Destroy still removes what is left.
+func testDeadline(t *testing.T, h Harness) {
+	ctx := testCtx(t)
+	rt := h.New(t)
+	created := time.Now()
+	first := Create(t, ctx, rt, h.Rootfs(t), runtime.Spec{Deadline: created.Add(1500 * time.Millisecond)})
+	later := Create(t, ctx, rt, h.Rootfs(t), runtime.Spec{})
+	for _, sb := range []*Sandbox{first, later} {
+		if _, err := sb.Client.Start(ctx, agentclient.ExecRequest{Shell: "sleep 300", Background: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := later.Client.SetDeadline(ctx, time.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("SetDeadline: %v", err)
+	}
+	set := time.Now()
+	if _, _, err := later.Client.SetDeadline(ctx, set.Add(time.Second)); err != nil {
+		t.Fatalf("SetDeadline earlier: %v", err)
+	}
+	wait := func(what string, sb *Sandbox, from time.Time, after time.Duration) {
+		t.Helper()
+		select {
+		case <-sb.Exited():
+			if d := time.Since(from); d < after {
+				t.Errorf("%s: ended %v after it was set, before its deadline (%v)", what, d, after)
+			} else {
+				t.Logf("%s: ended %v after it was set (deadline %v)", what, d.Round(time.Millisecond), after)
+			}
+		case <-time.After(after + deadlineNotice):
+			t.Fatalf("%s: still running %v after its deadline", what, deadlineNotice)
+		}
+		if _, err := sb.Client.Info(ctx); err == nil {
+			t.Errorf("%s: the agent answers after the deadline", what)
+		}
+		if err := sb.Destroy(ctx); err != nil {
+			t.Errorf("%s: destroy after the deadline: %v", what, err)
+		}
+	}
+	wait("created with a deadline", first, created, 1500*time.Millisecond)
+	wait("deadline set later", later, set, time.Second)
 }
 
 func testIsolation(t *testing.T, h Harness) {

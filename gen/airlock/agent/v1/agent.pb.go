@@ -244,7 +244,11 @@ type InfoResponse struct {
 	// Unix nanoseconds when the agent started.
 	StartedAtUnixNano int64 `protobuf:"varint,2,opt,name=started_at_unix_nano,json=startedAtUnixNano,proto3" json:"started_at_unix_nano,omitempty"`
 	// Number of processes the agent currently tracks.
-	Processes     uint32 `protobuf:"varint,3,opt,name=processes,proto3" json:"processes,omitempty"`
+	Processes uint32 `protobuf:"varint,3,opt,name=processes,proto3" json:"processes,omitempty"`
+	// Milliseconds until the agent ends the sandbox by itself (see
+	// SetDeadline), as the agent counts them; unset when it has no
+	// deadline.
+	DeadlineInMs  *int64 `protobuf:"varint,4,opt,name=deadline_in_ms,json=deadlineInMs,proto3,oneof" json:"deadline_in_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -300,6 +304,108 @@ func (x *InfoResponse) GetProcesses() uint32 {
 	return 0
 }
 
+func (x *InfoResponse) GetDeadlineInMs() int64 {
+	if x != nil && x.DeadlineInMs != nil {
+		return *x.DeadlineInMs
+	}
+	return 0
+}
+
+type SetDeadlineRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When the agent ends the sandbox, in Unix nanoseconds of the host's
+	// wall clock; 0 clears the deadline. The agent reads the wall clock
+	// once, on receipt, to turn this into a time left, and from then on
+	// counts it on CLOCK_BOOTTIME, which nothing in the sandbox can set and
+	// which a later step of the wall clock does not move.
+	EndAtUnixNano int64 `protobuf:"varint,1,opt,name=end_at_unix_nano,json=endAtUnixNano,proto3" json:"end_at_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetDeadlineRequest) Reset() {
+	*x = SetDeadlineRequest{}
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetDeadlineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetDeadlineRequest) ProtoMessage() {}
+
+func (x *SetDeadlineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetDeadlineRequest.ProtoReflect.Descriptor instead.
+func (*SetDeadlineRequest) Descriptor() ([]byte, []int) {
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SetDeadlineRequest) GetEndAtUnixNano() int64 {
+	if x != nil {
+		return x.EndAtUnixNano
+	}
+	return 0
+}
+
+type SetDeadlineResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Milliseconds until the agent ends the sandbox, as it counts them;
+	// unset when the deadline was cleared.
+	DeadlineInMs  *int64 `protobuf:"varint,1,opt,name=deadline_in_ms,json=deadlineInMs,proto3,oneof" json:"deadline_in_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetDeadlineResponse) Reset() {
+	*x = SetDeadlineResponse{}
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetDeadlineResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetDeadlineResponse) ProtoMessage() {}
+
+func (x *SetDeadlineResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetDeadlineResponse.ProtoReflect.Descriptor instead.
+func (*SetDeadlineResponse) Descriptor() ([]byte, []int) {
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SetDeadlineResponse) GetDeadlineInMs() int64 {
+	if x != nil && x.DeadlineInMs != nil {
+		return *x.DeadlineInMs
+	}
+	return 0
+}
+
 type ProcessConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// argv[0] is looked up in PATH unless it contains a slash. Exactly one of
@@ -335,7 +441,7 @@ type ProcessConfig struct {
 
 func (x *ProcessConfig) Reset() {
 	*x = ProcessConfig{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -347,7 +453,7 @@ func (x *ProcessConfig) String() string {
 func (*ProcessConfig) ProtoMessage() {}
 
 func (x *ProcessConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -360,7 +466,7 @@ func (x *ProcessConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessConfig.ProtoReflect.Descriptor instead.
 func (*ProcessConfig) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ProcessConfig) GetArgv() []string {
@@ -450,7 +556,7 @@ type PtySize struct {
 
 func (x *PtySize) Reset() {
 	*x = PtySize{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -462,7 +568,7 @@ func (x *PtySize) String() string {
 func (*PtySize) ProtoMessage() {}
 
 func (x *PtySize) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -475,7 +581,7 @@ func (x *PtySize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtySize.ProtoReflect.Descriptor instead.
 func (*PtySize) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PtySize) GetCols() uint32 {
@@ -506,7 +612,7 @@ type ProcessSelector struct {
 
 func (x *ProcessSelector) Reset() {
 	*x = ProcessSelector{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +624,7 @@ func (x *ProcessSelector) String() string {
 func (*ProcessSelector) ProtoMessage() {}
 
 func (x *ProcessSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +637,7 @@ func (x *ProcessSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessSelector.ProtoReflect.Descriptor instead.
 func (*ProcessSelector) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ProcessSelector) GetSelector() isProcessSelector_Selector {
@@ -584,7 +690,7 @@ type StartRequest struct {
 
 func (x *StartRequest) Reset() {
 	*x = StartRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +702,7 @@ func (x *StartRequest) String() string {
 func (*StartRequest) ProtoMessage() {}
 
 func (x *StartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +715,7 @@ func (x *StartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRequest.ProtoReflect.Descriptor instead.
 func (*StartRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StartRequest) GetConfig() *ProcessConfig {
@@ -628,7 +734,7 @@ type StartResponse struct {
 
 func (x *StartResponse) Reset() {
 	*x = StartResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +746,7 @@ func (x *StartResponse) String() string {
 func (*StartResponse) ProtoMessage() {}
 
 func (x *StartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +759,7 @@ func (x *StartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartResponse.ProtoReflect.Descriptor instead.
 func (*StartResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StartResponse) GetEvent() *ProcessEvent {
@@ -672,7 +778,7 @@ type ConnectRequest struct {
 
 func (x *ConnectRequest) Reset() {
 	*x = ConnectRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +790,7 @@ func (x *ConnectRequest) String() string {
 func (*ConnectRequest) ProtoMessage() {}
 
 func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +803,7 @@ func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectRequest.ProtoReflect.Descriptor instead.
 func (*ConnectRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ConnectRequest) GetProcess() *ProcessSelector {
@@ -716,7 +822,7 @@ type ConnectResponse struct {
 
 func (x *ConnectResponse) Reset() {
 	*x = ConnectResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +834,7 @@ func (x *ConnectResponse) String() string {
 func (*ConnectResponse) ProtoMessage() {}
 
 func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +847,7 @@ func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectResponse.ProtoReflect.Descriptor instead.
 func (*ConnectResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ConnectResponse) GetEvent() *ProcessEvent {
@@ -766,7 +872,7 @@ type ProcessEvent struct {
 
 func (x *ProcessEvent) Reset() {
 	*x = ProcessEvent{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +884,7 @@ func (x *ProcessEvent) String() string {
 func (*ProcessEvent) ProtoMessage() {}
 
 func (x *ProcessEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +897,7 @@ func (x *ProcessEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessEvent.ProtoReflect.Descriptor instead.
 func (*ProcessEvent) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ProcessEvent) GetEvent() isProcessEvent_Event {
@@ -887,7 +993,7 @@ type Exit struct {
 
 func (x *Exit) Reset() {
 	*x = Exit{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +1005,7 @@ func (x *Exit) String() string {
 func (*Exit) ProtoMessage() {}
 
 func (x *Exit) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +1018,7 @@ func (x *Exit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Exit.ProtoReflect.Descriptor instead.
 func (*Exit) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Exit) GetStatus() ExitStatus {
@@ -986,7 +1092,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1104,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1117,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 type ListResponse struct {
@@ -1023,7 +1129,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1141,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1154,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListResponse) GetProcesses() []*ProcessInfo {
@@ -1070,7 +1176,7 @@ type ProcessInfo struct {
 
 func (x *ProcessInfo) Reset() {
 	*x = ProcessInfo{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1188,7 @@ func (x *ProcessInfo) String() string {
 func (*ProcessInfo) ProtoMessage() {}
 
 func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1201,7 @@ func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessInfo.ProtoReflect.Descriptor instead.
 func (*ProcessInfo) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ProcessInfo) GetPid() uint32 {
@@ -1136,7 +1242,7 @@ type SendInputRequest struct {
 
 func (x *SendInputRequest) Reset() {
 	*x = SendInputRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1148,7 +1254,7 @@ func (x *SendInputRequest) String() string {
 func (*SendInputRequest) ProtoMessage() {}
 
 func (x *SendInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1161,7 +1267,7 @@ func (x *SendInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendInputRequest.ProtoReflect.Descriptor instead.
 func (*SendInputRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SendInputRequest) GetProcess() *ProcessSelector {
@@ -1186,7 +1292,7 @@ type SendInputResponse struct {
 
 func (x *SendInputResponse) Reset() {
 	*x = SendInputResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1304,7 @@ func (x *SendInputResponse) String() string {
 func (*SendInputResponse) ProtoMessage() {}
 
 func (x *SendInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1317,7 @@ func (x *SendInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendInputResponse.ProtoReflect.Descriptor instead.
 func (*SendInputResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 type StreamInputRequest struct {
@@ -1225,7 +1331,7 @@ type StreamInputRequest struct {
 
 func (x *StreamInputRequest) Reset() {
 	*x = StreamInputRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1237,7 +1343,7 @@ func (x *StreamInputRequest) String() string {
 func (*StreamInputRequest) ProtoMessage() {}
 
 func (x *StreamInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1250,7 +1356,7 @@ func (x *StreamInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamInputRequest.ProtoReflect.Descriptor instead.
 func (*StreamInputRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StreamInputRequest) GetProcess() *ProcessSelector {
@@ -1275,7 +1381,7 @@ type StreamInputResponse struct {
 
 func (x *StreamInputResponse) Reset() {
 	*x = StreamInputResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1393,7 @@ func (x *StreamInputResponse) String() string {
 func (*StreamInputResponse) ProtoMessage() {}
 
 func (x *StreamInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1406,7 @@ func (x *StreamInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamInputResponse.ProtoReflect.Descriptor instead.
 func (*StreamInputResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 type CloseStdinRequest struct {
@@ -1312,7 +1418,7 @@ type CloseStdinRequest struct {
 
 func (x *CloseStdinRequest) Reset() {
 	*x = CloseStdinRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1430,7 @@ func (x *CloseStdinRequest) String() string {
 func (*CloseStdinRequest) ProtoMessage() {}
 
 func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1443,7 @@ func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinRequest.ProtoReflect.Descriptor instead.
 func (*CloseStdinRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CloseStdinRequest) GetProcess() *ProcessSelector {
@@ -1355,7 +1461,7 @@ type CloseStdinResponse struct {
 
 func (x *CloseStdinResponse) Reset() {
 	*x = CloseStdinResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1473,7 @@ func (x *CloseStdinResponse) String() string {
 func (*CloseStdinResponse) ProtoMessage() {}
 
 func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1486,7 @@ func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinResponse.ProtoReflect.Descriptor instead.
 func (*CloseStdinResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 type SendSignalRequest struct {
@@ -1394,7 +1500,7 @@ type SendSignalRequest struct {
 
 func (x *SendSignalRequest) Reset() {
 	*x = SendSignalRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1406,7 +1512,7 @@ func (x *SendSignalRequest) String() string {
 func (*SendSignalRequest) ProtoMessage() {}
 
 func (x *SendSignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1419,7 +1525,7 @@ func (x *SendSignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendSignalRequest.ProtoReflect.Descriptor instead.
 func (*SendSignalRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SendSignalRequest) GetProcess() *ProcessSelector {
@@ -1444,7 +1550,7 @@ type SendSignalResponse struct {
 
 func (x *SendSignalResponse) Reset() {
 	*x = SendSignalResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1456,7 +1562,7 @@ func (x *SendSignalResponse) String() string {
 func (*SendSignalResponse) ProtoMessage() {}
 
 func (x *SendSignalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1469,7 +1575,7 @@ func (x *SendSignalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendSignalResponse.ProtoReflect.Descriptor instead.
 func (*SendSignalResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 type ResizeRequest struct {
@@ -1482,7 +1588,7 @@ type ResizeRequest struct {
 
 func (x *ResizeRequest) Reset() {
 	*x = ResizeRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1494,7 +1600,7 @@ func (x *ResizeRequest) String() string {
 func (*ResizeRequest) ProtoMessage() {}
 
 func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1507,7 +1613,7 @@ func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ResizeRequest) GetProcess() *ProcessSelector {
@@ -1532,7 +1638,7 @@ type ResizeResponse struct {
 
 func (x *ResizeResponse) Reset() {
 	*x = ResizeResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1544,7 +1650,7 @@ func (x *ResizeResponse) String() string {
 func (*ResizeResponse) ProtoMessage() {}
 
 func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1557,7 +1663,7 @@ func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeResponse.ProtoReflect.Descriptor instead.
 func (*ResizeResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 type ListAllRequest struct {
@@ -1568,7 +1674,7 @@ type ListAllRequest struct {
 
 func (x *ListAllRequest) Reset() {
 	*x = ListAllRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1686,7 @@ func (x *ListAllRequest) String() string {
 func (*ListAllRequest) ProtoMessage() {}
 
 func (x *ListAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1699,7 @@ func (x *ListAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAllRequest.ProtoReflect.Descriptor instead.
 func (*ListAllRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 type ListAllResponse struct {
@@ -1612,7 +1718,7 @@ type ListAllResponse struct {
 
 func (x *ListAllResponse) Reset() {
 	*x = ListAllResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1730,7 @@ func (x *ListAllResponse) String() string {
 func (*ListAllResponse) ProtoMessage() {}
 
 func (x *ListAllResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1743,7 @@ func (x *ListAllResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAllResponse.ProtoReflect.Descriptor instead.
 func (*ListAllResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListAllResponse) GetProcesses() []*SandboxProcess {
@@ -1703,7 +1809,7 @@ type SandboxProcess struct {
 
 func (x *SandboxProcess) Reset() {
 	*x = SandboxProcess{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +1821,7 @@ func (x *SandboxProcess) String() string {
 func (*SandboxProcess) ProtoMessage() {}
 
 func (x *SandboxProcess) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +1834,7 @@ func (x *SandboxProcess) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxProcess.ProtoReflect.Descriptor instead.
 func (*SandboxProcess) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SandboxProcess) GetPid() uint32 {
@@ -1840,7 +1946,7 @@ type SignalAnyRequest struct {
 
 func (x *SignalAnyRequest) Reset() {
 	*x = SignalAnyRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +1958,7 @@ func (x *SignalAnyRequest) String() string {
 func (*SignalAnyRequest) ProtoMessage() {}
 
 func (x *SignalAnyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +1971,7 @@ func (x *SignalAnyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalAnyRequest.ProtoReflect.Descriptor instead.
 func (*SignalAnyRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SignalAnyRequest) GetPid() uint32 {
@@ -1890,7 +1996,7 @@ type SignalAnyResponse struct {
 
 func (x *SignalAnyResponse) Reset() {
 	*x = SignalAnyResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1902,7 +2008,7 @@ func (x *SignalAnyResponse) String() string {
 func (*SignalAnyResponse) ProtoMessage() {}
 
 func (x *SignalAnyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1915,7 +2021,7 @@ func (x *SignalAnyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalAnyResponse.ProtoReflect.Descriptor instead.
 func (*SignalAnyResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 type KillAllRequest struct {
@@ -1929,7 +2035,7 @@ type KillAllRequest struct {
 
 func (x *KillAllRequest) Reset() {
 	*x = KillAllRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1941,7 +2047,7 @@ func (x *KillAllRequest) String() string {
 func (*KillAllRequest) ProtoMessage() {}
 
 func (x *KillAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1954,7 +2060,7 @@ func (x *KillAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillAllRequest.ProtoReflect.Descriptor instead.
 func (*KillAllRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *KillAllRequest) GetTimeoutMs() uint32 {
@@ -1974,7 +2080,7 @@ type KillAllResponse struct {
 
 func (x *KillAllResponse) Reset() {
 	*x = KillAllResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1986,7 +2092,7 @@ func (x *KillAllResponse) String() string {
 func (*KillAllResponse) ProtoMessage() {}
 
 func (x *KillAllResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1999,7 +2105,7 @@ func (x *KillAllResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillAllResponse.ProtoReflect.Descriptor instead.
 func (*KillAllResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *KillAllResponse) GetKilled() uint32 {
@@ -2029,7 +2135,7 @@ type EntryInfo struct {
 
 func (x *EntryInfo) Reset() {
 	*x = EntryInfo{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2041,7 +2147,7 @@ func (x *EntryInfo) String() string {
 func (*EntryInfo) ProtoMessage() {}
 
 func (x *EntryInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2054,7 +2160,7 @@ func (x *EntryInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntryInfo.ProtoReflect.Descriptor instead.
 func (*EntryInfo) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *EntryInfo) GetName() string {
@@ -2121,15 +2227,18 @@ func (x *EntryInfo) GetSymlinkTarget() string {
 }
 
 type StatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// Whose permissions the request acts with (see FileService): "user",
+	// "root", or "" for the sandbox's default user.
+	User          string `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatRequest) Reset() {
 	*x = StatRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2250,7 @@ func (x *StatRequest) String() string {
 func (*StatRequest) ProtoMessage() {}
 
 func (x *StatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,12 +2263,19 @@ func (x *StatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatRequest.ProtoReflect.Descriptor instead.
 func (*StatRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StatRequest) GetPath() string {
 	if x != nil {
 		return x.Path
+	}
+	return ""
+}
+
+func (x *StatRequest) GetUser() string {
+	if x != nil {
+		return x.User
 	}
 	return ""
 }
@@ -2173,7 +2289,7 @@ type StatResponse struct {
 
 func (x *StatResponse) Reset() {
 	*x = StatResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2185,7 +2301,7 @@ func (x *StatResponse) String() string {
 func (*StatResponse) ProtoMessage() {}
 
 func (x *StatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2198,7 +2314,7 @@ func (x *StatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatResponse.ProtoReflect.Descriptor instead.
 func (*StatResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StatResponse) GetEntry() *EntryInfo {
@@ -2212,14 +2328,17 @@ type ListDirRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	// 0 is treated as 1.
-	Depth         uint32 `protobuf:"varint,2,opt,name=depth,proto3" json:"depth,omitempty"`
+	Depth uint32 `protobuf:"varint,2,opt,name=depth,proto3" json:"depth,omitempty"`
+	// Whose permissions the request acts with (see FileService): "user",
+	// "root", or "" for the sandbox's default user.
+	User          string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListDirRequest) Reset() {
 	*x = ListDirRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2350,7 @@ func (x *ListDirRequest) String() string {
 func (*ListDirRequest) ProtoMessage() {}
 
 func (x *ListDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2363,7 @@ func (x *ListDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDirRequest.ProtoReflect.Descriptor instead.
 func (*ListDirRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListDirRequest) GetPath() string {
@@ -2261,6 +2380,13 @@ func (x *ListDirRequest) GetDepth() uint32 {
 	return 0
 }
 
+func (x *ListDirRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
 type ListDirResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Entries []*EntryInfo           `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
@@ -2272,7 +2398,7 @@ type ListDirResponse struct {
 
 func (x *ListDirResponse) Reset() {
 	*x = ListDirResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +2410,7 @@ func (x *ListDirResponse) String() string {
 func (*ListDirResponse) ProtoMessage() {}
 
 func (x *ListDirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +2423,7 @@ func (x *ListDirResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDirResponse.ProtoReflect.Descriptor instead.
 func (*ListDirResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListDirResponse) GetEntries() []*EntryInfo {
@@ -2320,14 +2446,17 @@ type ReadRequest struct {
 	// Read from this byte offset.
 	Offset int64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
 	// Read at most this many bytes; 0 means to the end.
-	Limit         int64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Whose permissions the request acts with (see FileService): "user",
+	// "root", or "" for the sandbox's default user.
+	User          string `protobuf:"bytes,4,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2339,7 +2468,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2352,7 +2481,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReadRequest) GetPath() string {
@@ -2376,6 +2505,13 @@ func (x *ReadRequest) GetLimit() int64 {
 	return 0
 }
 
+func (x *ReadRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
 type ReadResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Set on the first message only.
@@ -2387,7 +2523,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2399,7 +2535,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2412,7 +2548,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReadResponse) GetEntry() *EntryInfo {
@@ -2435,7 +2571,9 @@ type WriteRequest struct {
 	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	// Permission bits for a new file; 0 means 0644.
 	Mode uint32 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
-	// Owner of new files and directories: "user" (default) or "root".
+	// Whose permissions the write acts with and who owns what it creates
+	// (see FileService): "user", "root", or "" for the sandbox's default
+	// user.
 	User string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
 	// Create missing parent directories.
 	MakeParents bool `protobuf:"varint,4,opt,name=make_parents,json=makeParents,proto3" json:"make_parents,omitempty"`
@@ -2448,7 +2586,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2460,7 +2598,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2473,7 +2611,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WriteRequest) GetPath() string {
@@ -2528,7 +2666,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2540,7 +2678,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2553,7 +2691,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WriteResponse) GetEntry() *EntryInfo {
@@ -2574,8 +2712,10 @@ type MakeDirRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	// Create missing parents; with it an existing directory is not an error.
-	Parents       bool   `protobuf:"varint,2,opt,name=parents,proto3" json:"parents,omitempty"`
-	Mode          uint32 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	Parents bool   `protobuf:"varint,2,opt,name=parents,proto3" json:"parents,omitempty"`
+	Mode    uint32 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	// Whose permissions the request acts with (see FileService): "user",
+	// "root", or "" for the sandbox's default user.
 	User          string `protobuf:"bytes,4,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2583,7 +2723,7 @@ type MakeDirRequest struct {
 
 func (x *MakeDirRequest) Reset() {
 	*x = MakeDirRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2595,7 +2735,7 @@ func (x *MakeDirRequest) String() string {
 func (*MakeDirRequest) ProtoMessage() {}
 
 func (x *MakeDirRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2608,7 +2748,7 @@ func (x *MakeDirRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *MakeDirRequest) GetPath() string {
@@ -2648,7 +2788,7 @@ type MakeDirResponse struct {
 
 func (x *MakeDirResponse) Reset() {
 	*x = MakeDirResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2660,7 +2800,7 @@ func (x *MakeDirResponse) String() string {
 func (*MakeDirResponse) ProtoMessage() {}
 
 func (x *MakeDirResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2673,7 +2813,7 @@ func (x *MakeDirResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *MakeDirResponse) GetEntry() *EntryInfo {
@@ -2684,16 +2824,19 @@ func (x *MakeDirResponse) GetEntry() *EntryInfo {
 }
 
 type MoveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Source        string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
-	Destination   string                 `protobuf:"bytes,2,opt,name=destination,proto3" json:"destination,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Source      string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Destination string                 `protobuf:"bytes,2,opt,name=destination,proto3" json:"destination,omitempty"`
+	// Whose permissions the request acts with (see FileService): "user",
+	// "root", or "" for the sandbox's default user.
+	User          string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MoveRequest) Reset() {
 	*x = MoveRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2705,7 +2848,7 @@ func (x *MoveRequest) String() string {
 func (*MoveRequest) ProtoMessage() {}
 
 func (x *MoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2718,7 +2861,7 @@ func (x *MoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRequest.ProtoReflect.Descriptor instead.
 func (*MoveRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *MoveRequest) GetSource() string {
@@ -2735,6 +2878,13 @@ func (x *MoveRequest) GetDestination() string {
 	return ""
 }
 
+func (x *MoveRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
 type MoveResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Entry         *EntryInfo             `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
@@ -2744,7 +2894,7 @@ type MoveResponse struct {
 
 func (x *MoveResponse) Reset() {
 	*x = MoveResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2756,7 +2906,7 @@ func (x *MoveResponse) String() string {
 func (*MoveResponse) ProtoMessage() {}
 
 func (x *MoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2769,7 +2919,7 @@ func (x *MoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveResponse.ProtoReflect.Descriptor instead.
 func (*MoveResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *MoveResponse) GetEntry() *EntryInfo {
@@ -2783,14 +2933,17 @@ type RemoveRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	// Remove directories and their contents.
-	Recursive     bool `protobuf:"varint,2,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	Recursive bool `protobuf:"varint,2,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	// Whose permissions the request acts with (see FileService): "user",
+	// "root", or "" for the sandbox's default user.
+	User          string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2802,7 +2955,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2815,7 +2968,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RemoveRequest) GetPath() string {
@@ -2832,6 +2985,13 @@ func (x *RemoveRequest) GetRecursive() bool {
 	return false
 }
 
+func (x *RemoveRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
 type RemoveResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2840,7 +3000,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2852,7 +3012,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2865,20 +3025,23 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 type ChmodRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Mode          uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Mode  uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	// Whose permissions the request acts with (see FileService): "user",
+	// "root", or "" for the sandbox's default user.
+	User          string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ChmodRequest) Reset() {
 	*x = ChmodRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2890,7 +3053,7 @@ func (x *ChmodRequest) String() string {
 func (*ChmodRequest) ProtoMessage() {}
 
 func (x *ChmodRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2903,7 +3066,7 @@ func (x *ChmodRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChmodRequest.ProtoReflect.Descriptor instead.
 func (*ChmodRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ChmodRequest) GetPath() string {
@@ -2920,6 +3083,13 @@ func (x *ChmodRequest) GetMode() uint32 {
 	return 0
 }
 
+func (x *ChmodRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
 type ChmodResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Entry         *EntryInfo             `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
@@ -2929,7 +3099,7 @@ type ChmodResponse struct {
 
 func (x *ChmodResponse) Reset() {
 	*x = ChmodResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2941,7 +3111,7 @@ func (x *ChmodResponse) String() string {
 func (*ChmodResponse) ProtoMessage() {}
 
 func (x *ChmodResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2954,7 +3124,7 @@ func (x *ChmodResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChmodResponse.ProtoReflect.Descriptor instead.
 func (*ChmodResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ChmodResponse) GetEntry() *EntryInfo {
@@ -2965,16 +3135,19 @@ func (x *ChmodResponse) GetEntry() *EntryInfo {
 }
 
 type WatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Recursive     bool                   `protobuf:"varint,2,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Path      string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Recursive bool                   `protobuf:"varint,2,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	// Whose permissions the request acts with (see FileService): "user",
+	// "root", or "" for the sandbox's default user.
+	User          string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2986,7 +3159,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2999,7 +3172,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *WatchRequest) GetPath() string {
@@ -3016,6 +3189,13 @@ func (x *WatchRequest) GetRecursive() bool {
 	return false
 }
 
+func (x *WatchRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
 type WatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Event:
@@ -3030,7 +3210,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3042,7 +3222,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3055,7 +3235,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WatchResponse) GetEvent() isWatchResponse_Event {
@@ -3122,7 +3302,7 @@ type ExportChangesRequest struct {
 
 func (x *ExportChangesRequest) Reset() {
 	*x = ExportChangesRequest{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3134,7 +3314,7 @@ func (x *ExportChangesRequest) String() string {
 func (*ExportChangesRequest) ProtoMessage() {}
 
 func (x *ExportChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3147,7 +3327,7 @@ func (x *ExportChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportChangesRequest.ProtoReflect.Descriptor instead.
 func (*ExportChangesRequest) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 type ExportChangesResponse struct {
@@ -3160,7 +3340,7 @@ type ExportChangesResponse struct {
 
 func (x *ExportChangesResponse) Reset() {
 	*x = ExportChangesResponse{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3172,7 +3352,7 @@ func (x *ExportChangesResponse) String() string {
 func (*ExportChangesResponse) ProtoMessage() {}
 
 func (x *ExportChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3185,7 +3365,7 @@ func (x *ExportChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportChangesResponse.ProtoReflect.Descriptor instead.
 func (*ExportChangesResponse) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ExportChangesResponse) GetData() []byte {
@@ -3204,7 +3384,7 @@ type ProcessEvent_Started struct {
 
 func (x *ProcessEvent_Started) Reset() {
 	*x = ProcessEvent_Started{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3216,7 +3396,7 @@ func (x *ProcessEvent_Started) String() string {
 func (*ProcessEvent_Started) ProtoMessage() {}
 
 func (x *ProcessEvent_Started) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3229,7 +3409,7 @@ func (x *ProcessEvent_Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessEvent_Started.ProtoReflect.Descriptor instead.
 func (*ProcessEvent_Started) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{9, 0}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{11, 0}
 }
 
 func (x *ProcessEvent_Started) GetPid() uint32 {
@@ -3252,7 +3432,7 @@ type ProcessEvent_Output struct {
 
 func (x *ProcessEvent_Output) Reset() {
 	*x = ProcessEvent_Output{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3264,7 +3444,7 @@ func (x *ProcessEvent_Output) String() string {
 func (*ProcessEvent_Output) ProtoMessage() {}
 
 func (x *ProcessEvent_Output) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3277,7 +3457,7 @@ func (x *ProcessEvent_Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessEvent_Output.ProtoReflect.Descriptor instead.
 func (*ProcessEvent_Output) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{9, 1}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{11, 1}
 }
 
 func (x *ProcessEvent_Output) GetData() isProcessEvent_Output_Data {
@@ -3329,7 +3509,7 @@ type ProcessEvent_Keepalive struct {
 
 func (x *ProcessEvent_Keepalive) Reset() {
 	*x = ProcessEvent_Keepalive{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3341,7 +3521,7 @@ func (x *ProcessEvent_Keepalive) String() string {
 func (*ProcessEvent_Keepalive) ProtoMessage() {}
 
 func (x *ProcessEvent_Keepalive) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3354,7 +3534,7 @@ func (x *ProcessEvent_Keepalive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessEvent_Keepalive.ProtoReflect.Descriptor instead.
 func (*ProcessEvent_Keepalive) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{9, 2}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{11, 2}
 }
 
 type WatchResponse_Started struct {
@@ -3365,7 +3545,7 @@ type WatchResponse_Started struct {
 
 func (x *WatchResponse_Started) Reset() {
 	*x = WatchResponse_Started{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3377,7 +3557,7 @@ func (x *WatchResponse_Started) String() string {
 func (*WatchResponse_Started) ProtoMessage() {}
 
 func (x *WatchResponse_Started) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3390,7 +3570,7 @@ func (x *WatchResponse_Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse_Started.ProtoReflect.Descriptor instead.
 func (*WatchResponse_Started) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{49, 0}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{51, 0}
 }
 
 type WatchResponse_Change struct {
@@ -3404,7 +3584,7 @@ type WatchResponse_Change struct {
 
 func (x *WatchResponse_Change) Reset() {
 	*x = WatchResponse_Change{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3416,7 +3596,7 @@ func (x *WatchResponse_Change) String() string {
 func (*WatchResponse_Change) ProtoMessage() {}
 
 func (x *WatchResponse_Change) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3429,7 +3609,7 @@ func (x *WatchResponse_Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse_Change.ProtoReflect.Descriptor instead.
 func (*WatchResponse_Change) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{49, 1}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{51, 1}
 }
 
 func (x *WatchResponse_Change) GetPath() string {
@@ -3454,7 +3634,7 @@ type WatchResponse_Keepalive struct {
 
 func (x *WatchResponse_Keepalive) Reset() {
 	*x = WatchResponse_Keepalive{}
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3466,7 +3646,7 @@ func (x *WatchResponse_Keepalive) String() string {
 func (*WatchResponse_Keepalive) ProtoMessage() {}
 
 func (x *WatchResponse_Keepalive) ProtoReflect() protoreflect.Message {
-	mi := &file_airlock_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_airlock_agent_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3479,7 +3659,7 @@ func (x *WatchResponse_Keepalive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse_Keepalive.ProtoReflect.Descriptor instead.
 func (*WatchResponse_Keepalive) Descriptor() ([]byte, []int) {
-	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{49, 2}
+	return file_airlock_agent_v1_agent_proto_rawDescGZIP(), []int{51, 2}
 }
 
 var File_airlock_agent_v1_agent_proto protoreflect.FileDescriptor
@@ -3487,11 +3667,18 @@ var File_airlock_agent_v1_agent_proto protoreflect.FileDescriptor
 const file_airlock_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"\x1cairlock/agent/v1/agent.proto\x12\x10airlock.agent.v1\"\r\n" +
-	"\vInfoRequest\"w\n" +
+	"\vInfoRequest\"\xb5\x01\n" +
 	"\fInfoResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12/\n" +
 	"\x14started_at_unix_nano\x18\x02 \x01(\x03R\x11startedAtUnixNano\x12\x1c\n" +
-	"\tprocesses\x18\x03 \x01(\rR\tprocesses\"\x95\x03\n" +
+	"\tprocesses\x18\x03 \x01(\rR\tprocesses\x12)\n" +
+	"\x0edeadline_in_ms\x18\x04 \x01(\x03H\x00R\fdeadlineInMs\x88\x01\x01B\x11\n" +
+	"\x0f_deadline_in_ms\"=\n" +
+	"\x12SetDeadlineRequest\x12'\n" +
+	"\x10end_at_unix_nano\x18\x01 \x01(\x03R\rendAtUnixNano\"S\n" +
+	"\x13SetDeadlineResponse\x12)\n" +
+	"\x0edeadline_in_ms\x18\x01 \x01(\x03H\x00R\fdeadlineInMs\x88\x01\x01B\x11\n" +
+	"\x0f_deadline_in_ms\"\x95\x03\n" +
 	"\rProcessConfig\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x14\n" +
 	"\x05shell\x18\x02 \x01(\tR\x05shell\x12\x10\n" +
@@ -3619,21 +3806,24 @@ const file_airlock_agent_v1_agent_proto_rawDesc = "" +
 	"\x03uid\x18\x06 \x01(\rR\x03uid\x12\x10\n" +
 	"\x03gid\x18\a \x01(\rR\x03gid\x12,\n" +
 	"\x12modified_unix_nano\x18\b \x01(\x03R\x10modifiedUnixNano\x12%\n" +
-	"\x0esymlink_target\x18\t \x01(\tR\rsymlinkTarget\"!\n" +
+	"\x0esymlink_target\x18\t \x01(\tR\rsymlinkTarget\"5\n" +
 	"\vStatRequest\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\"A\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04user\x18\x02 \x01(\tR\x04user\"A\n" +
 	"\fStatResponse\x121\n" +
-	"\x05entry\x18\x01 \x01(\v2\x1b.airlock.agent.v1.EntryInfoR\x05entry\":\n" +
+	"\x05entry\x18\x01 \x01(\v2\x1b.airlock.agent.v1.EntryInfoR\x05entry\"N\n" +
 	"\x0eListDirRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
-	"\x05depth\x18\x02 \x01(\rR\x05depth\"f\n" +
+	"\x05depth\x18\x02 \x01(\rR\x05depth\x12\x12\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\"f\n" +
 	"\x0fListDirResponse\x125\n" +
 	"\aentries\x18\x01 \x03(\v2\x1b.airlock.agent.v1.EntryInfoR\aentries\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"O\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"c\n" +
 	"\vReadRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\x03R\x05limit\"U\n" +
+	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x12\n" +
+	"\x04user\x18\x04 \x01(\tR\x04user\"U\n" +
 	"\fReadResponse\x121\n" +
 	"\x05entry\x18\x01 \x01(\v2\x1b.airlock.agent.v1.EntryInfoR\x05entry\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"\x99\x01\n" +
@@ -3653,24 +3843,28 @@ const file_airlock_agent_v1_agent_proto_rawDesc = "" +
 	"\x04mode\x18\x03 \x01(\rR\x04mode\x12\x12\n" +
 	"\x04user\x18\x04 \x01(\tR\x04user\"D\n" +
 	"\x0fMakeDirResponse\x121\n" +
-	"\x05entry\x18\x01 \x01(\v2\x1b.airlock.agent.v1.EntryInfoR\x05entry\"G\n" +
+	"\x05entry\x18\x01 \x01(\v2\x1b.airlock.agent.v1.EntryInfoR\x05entry\"[\n" +
 	"\vMoveRequest\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12 \n" +
-	"\vdestination\x18\x02 \x01(\tR\vdestination\"A\n" +
+	"\vdestination\x18\x02 \x01(\tR\vdestination\x12\x12\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\"A\n" +
 	"\fMoveResponse\x121\n" +
-	"\x05entry\x18\x01 \x01(\v2\x1b.airlock.agent.v1.EntryInfoR\x05entry\"A\n" +
+	"\x05entry\x18\x01 \x01(\v2\x1b.airlock.agent.v1.EntryInfoR\x05entry\"U\n" +
 	"\rRemoveRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1c\n" +
-	"\trecursive\x18\x02 \x01(\bR\trecursive\"\x10\n" +
-	"\x0eRemoveResponse\"6\n" +
+	"\trecursive\x18\x02 \x01(\bR\trecursive\x12\x12\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\"\x10\n" +
+	"\x0eRemoveResponse\"J\n" +
 	"\fChmodRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
-	"\x04mode\x18\x02 \x01(\rR\x04mode\"B\n" +
+	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x12\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\"B\n" +
 	"\rChmodResponse\x121\n" +
-	"\x05entry\x18\x01 \x01(\v2\x1b.airlock.agent.v1.EntryInfoR\x05entry\"@\n" +
+	"\x05entry\x18\x01 \x01(\v2\x1b.airlock.agent.v1.EntryInfoR\x05entry\"T\n" +
 	"\fWatchRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1c\n" +
-	"\trecursive\x18\x02 \x01(\bR\trecursive\"\xcb\x02\n" +
+	"\trecursive\x18\x02 \x01(\bR\trecursive\x12\x12\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\"\xcb\x02\n" +
 	"\rWatchResponse\x12C\n" +
 	"\astarted\x18\x01 \x01(\v2'.airlock.agent.v1.WatchResponse.StartedH\x00R\astarted\x12@\n" +
 	"\x06change\x18\x02 \x01(\v2&.airlock.agent.v1.WatchResponse.ChangeH\x00R\x06change\x12I\n" +
@@ -3704,9 +3898,10 @@ const file_airlock_agent_v1_agent_proto_rawDesc = "" +
 	"\x0eWATCH_OP_WRITE\x10\x02\x12\x13\n" +
 	"\x0fWATCH_OP_REMOVE\x10\x03\x12\x13\n" +
 	"\x0fWATCH_OP_RENAME\x10\x04\x12\x12\n" +
-	"\x0eWATCH_OP_CHMOD\x10\x052U\n" +
+	"\x0eWATCH_OP_CHMOD\x10\x052\xb1\x01\n" +
 	"\fAgentService\x12E\n" +
-	"\x04Info\x12\x1d.airlock.agent.v1.InfoRequest\x1a\x1e.airlock.agent.v1.InfoResponse2\x9e\a\n" +
+	"\x04Info\x12\x1d.airlock.agent.v1.InfoRequest\x1a\x1e.airlock.agent.v1.InfoResponse\x12Z\n" +
+	"\vSetDeadline\x12$.airlock.agent.v1.SetDeadlineRequest\x1a%.airlock.agent.v1.SetDeadlineResponse2\x9e\a\n" +
 	"\x0eProcessService\x12J\n" +
 	"\x05Start\x12\x1e.airlock.agent.v1.StartRequest\x1a\x1f.airlock.agent.v1.StartResponse0\x01\x12P\n" +
 	"\aConnect\x12 .airlock.agent.v1.ConnectRequest\x1a!.airlock.agent.v1.ConnectResponse0\x01\x12E\n" +
@@ -3746,150 +3941,154 @@ func file_airlock_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_airlock_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_airlock_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_airlock_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_airlock_agent_v1_agent_proto_goTypes = []any{
 	(ExitStatus)(0),                 // 0: airlock.agent.v1.ExitStatus
 	(FileType)(0),                   // 1: airlock.agent.v1.FileType
 	(WatchOp)(0),                    // 2: airlock.agent.v1.WatchOp
 	(*InfoRequest)(nil),             // 3: airlock.agent.v1.InfoRequest
 	(*InfoResponse)(nil),            // 4: airlock.agent.v1.InfoResponse
-	(*ProcessConfig)(nil),           // 5: airlock.agent.v1.ProcessConfig
-	(*PtySize)(nil),                 // 6: airlock.agent.v1.PtySize
-	(*ProcessSelector)(nil),         // 7: airlock.agent.v1.ProcessSelector
-	(*StartRequest)(nil),            // 8: airlock.agent.v1.StartRequest
-	(*StartResponse)(nil),           // 9: airlock.agent.v1.StartResponse
-	(*ConnectRequest)(nil),          // 10: airlock.agent.v1.ConnectRequest
-	(*ConnectResponse)(nil),         // 11: airlock.agent.v1.ConnectResponse
-	(*ProcessEvent)(nil),            // 12: airlock.agent.v1.ProcessEvent
-	(*Exit)(nil),                    // 13: airlock.agent.v1.Exit
-	(*ListRequest)(nil),             // 14: airlock.agent.v1.ListRequest
-	(*ListResponse)(nil),            // 15: airlock.agent.v1.ListResponse
-	(*ProcessInfo)(nil),             // 16: airlock.agent.v1.ProcessInfo
-	(*SendInputRequest)(nil),        // 17: airlock.agent.v1.SendInputRequest
-	(*SendInputResponse)(nil),       // 18: airlock.agent.v1.SendInputResponse
-	(*StreamInputRequest)(nil),      // 19: airlock.agent.v1.StreamInputRequest
-	(*StreamInputResponse)(nil),     // 20: airlock.agent.v1.StreamInputResponse
-	(*CloseStdinRequest)(nil),       // 21: airlock.agent.v1.CloseStdinRequest
-	(*CloseStdinResponse)(nil),      // 22: airlock.agent.v1.CloseStdinResponse
-	(*SendSignalRequest)(nil),       // 23: airlock.agent.v1.SendSignalRequest
-	(*SendSignalResponse)(nil),      // 24: airlock.agent.v1.SendSignalResponse
-	(*ResizeRequest)(nil),           // 25: airlock.agent.v1.ResizeRequest
-	(*ResizeResponse)(nil),          // 26: airlock.agent.v1.ResizeResponse
-	(*ListAllRequest)(nil),          // 27: airlock.agent.v1.ListAllRequest
-	(*ListAllResponse)(nil),         // 28: airlock.agent.v1.ListAllResponse
-	(*SandboxProcess)(nil),          // 29: airlock.agent.v1.SandboxProcess
-	(*SignalAnyRequest)(nil),        // 30: airlock.agent.v1.SignalAnyRequest
-	(*SignalAnyResponse)(nil),       // 31: airlock.agent.v1.SignalAnyResponse
-	(*KillAllRequest)(nil),          // 32: airlock.agent.v1.KillAllRequest
-	(*KillAllResponse)(nil),         // 33: airlock.agent.v1.KillAllResponse
-	(*EntryInfo)(nil),               // 34: airlock.agent.v1.EntryInfo
-	(*StatRequest)(nil),             // 35: airlock.agent.v1.StatRequest
-	(*StatResponse)(nil),            // 36: airlock.agent.v1.StatResponse
-	(*ListDirRequest)(nil),          // 37: airlock.agent.v1.ListDirRequest
-	(*ListDirResponse)(nil),         // 38: airlock.agent.v1.ListDirResponse
-	(*ReadRequest)(nil),             // 39: airlock.agent.v1.ReadRequest
-	(*ReadResponse)(nil),            // 40: airlock.agent.v1.ReadResponse
-	(*WriteRequest)(nil),            // 41: airlock.agent.v1.WriteRequest
-	(*WriteResponse)(nil),           // 42: airlock.agent.v1.WriteResponse
-	(*MakeDirRequest)(nil),          // 43: airlock.agent.v1.MakeDirRequest
-	(*MakeDirResponse)(nil),         // 44: airlock.agent.v1.MakeDirResponse
-	(*MoveRequest)(nil),             // 45: airlock.agent.v1.MoveRequest
-	(*MoveResponse)(nil),            // 46: airlock.agent.v1.MoveResponse
-	(*RemoveRequest)(nil),           // 47: airlock.agent.v1.RemoveRequest
-	(*RemoveResponse)(nil),          // 48: airlock.agent.v1.RemoveResponse
-	(*ChmodRequest)(nil),            // 49: airlock.agent.v1.ChmodRequest
-	(*ChmodResponse)(nil),           // 50: airlock.agent.v1.ChmodResponse
-	(*WatchRequest)(nil),            // 51: airlock.agent.v1.WatchRequest
-	(*WatchResponse)(nil),           // 52: airlock.agent.v1.WatchResponse
-	(*ExportChangesRequest)(nil),    // 53: airlock.agent.v1.ExportChangesRequest
-	(*ExportChangesResponse)(nil),   // 54: airlock.agent.v1.ExportChangesResponse
-	nil,                             // 55: airlock.agent.v1.ProcessConfig.EnvEntry
-	(*ProcessEvent_Started)(nil),    // 56: airlock.agent.v1.ProcessEvent.Started
-	(*ProcessEvent_Output)(nil),     // 57: airlock.agent.v1.ProcessEvent.Output
-	(*ProcessEvent_Keepalive)(nil),  // 58: airlock.agent.v1.ProcessEvent.Keepalive
-	(*WatchResponse_Started)(nil),   // 59: airlock.agent.v1.WatchResponse.Started
-	(*WatchResponse_Change)(nil),    // 60: airlock.agent.v1.WatchResponse.Change
-	(*WatchResponse_Keepalive)(nil), // 61: airlock.agent.v1.WatchResponse.Keepalive
+	(*SetDeadlineRequest)(nil),      // 5: airlock.agent.v1.SetDeadlineRequest
+	(*SetDeadlineResponse)(nil),     // 6: airlock.agent.v1.SetDeadlineResponse
+	(*ProcessConfig)(nil),           // 7: airlock.agent.v1.ProcessConfig
+	(*PtySize)(nil),                 // 8: airlock.agent.v1.PtySize
+	(*ProcessSelector)(nil),         // 9: airlock.agent.v1.ProcessSelector
+	(*StartRequest)(nil),            // 10: airlock.agent.v1.StartRequest
+	(*StartResponse)(nil),           // 11: airlock.agent.v1.StartResponse
+	(*ConnectRequest)(nil),          // 12: airlock.agent.v1.ConnectRequest
+	(*ConnectResponse)(nil),         // 13: airlock.agent.v1.ConnectResponse
+	(*ProcessEvent)(nil),            // 14: airlock.agent.v1.ProcessEvent
+	(*Exit)(nil),                    // 15: airlock.agent.v1.Exit
+	(*ListRequest)(nil),             // 16: airlock.agent.v1.ListRequest
+	(*ListResponse)(nil),            // 17: airlock.agent.v1.ListResponse
+	(*ProcessInfo)(nil),             // 18: airlock.agent.v1.ProcessInfo
+	(*SendInputRequest)(nil),        // 19: airlock.agent.v1.SendInputRequest
+	(*SendInputResponse)(nil),       // 20: airlock.agent.v1.SendInputResponse
+	(*StreamInputRequest)(nil),      // 21: airlock.agent.v1.StreamInputRequest
+	(*StreamInputResponse)(nil),     // 22: airlock.agent.v1.StreamInputResponse
+	(*CloseStdinRequest)(nil),       // 23: airlock.agent.v1.CloseStdinRequest
+	(*CloseStdinResponse)(nil),      // 24: airlock.agent.v1.CloseStdinResponse
+	(*SendSignalRequest)(nil),       // 25: airlock.agent.v1.SendSignalRequest
+	(*SendSignalResponse)(nil),      // 26: airlock.agent.v1.SendSignalResponse
+	(*ResizeRequest)(nil),           // 27: airlock.agent.v1.ResizeRequest
+	(*ResizeResponse)(nil),          // 28: airlock.agent.v1.ResizeResponse
+	(*ListAllRequest)(nil),          // 29: airlock.agent.v1.ListAllRequest
+	(*ListAllResponse)(nil),         // 30: airlock.agent.v1.ListAllResponse
+	(*SandboxProcess)(nil),          // 31: airlock.agent.v1.SandboxProcess
+	(*SignalAnyRequest)(nil),        // 32: airlock.agent.v1.SignalAnyRequest
+	(*SignalAnyResponse)(nil),       // 33: airlock.agent.v1.SignalAnyResponse
+	(*KillAllRequest)(nil),          // 34: airlock.agent.v1.KillAllRequest
+	(*KillAllResponse)(nil),         // 35: airlock.agent.v1.KillAllResponse
+	(*EntryInfo)(nil),               // 36: airlock.agent.v1.EntryInfo
+	(*StatRequest)(nil),             // 37: airlock.agent.v1.StatRequest
+	(*StatResponse)(nil),            // 38: airlock.agent.v1.StatResponse
+	(*ListDirRequest)(nil),          // 39: airlock.agent.v1.ListDirRequest
+	(*ListDirResponse)(nil),         // 40: airlock.agent.v1.ListDirResponse
+	(*ReadRequest)(nil),             // 41: airlock.agent.v1.ReadRequest
+	(*ReadResponse)(nil),            // 42: airlock.agent.v1.ReadResponse
+	(*WriteRequest)(nil),            // 43: airlock.agent.v1.WriteRequest
+	(*WriteResponse)(nil),           // 44: airlock.agent.v1.WriteResponse
+	(*MakeDirRequest)(nil),          // 45: airlock.agent.v1.MakeDirRequest
+	(*MakeDirResponse)(nil),         // 46: airlock.agent.v1.MakeDirResponse
+	(*MoveRequest)(nil),             // 47: airlock.agent.v1.MoveRequest
+	(*MoveResponse)(nil),            // 48: airlock.agent.v1.MoveResponse
+	(*RemoveRequest)(nil),           // 49: airlock.agent.v1.RemoveRequest
+	(*RemoveResponse)(nil),          // 50: airlock.agent.v1.RemoveResponse
+	(*ChmodRequest)(nil),            // 51: airlock.agent.v1.ChmodRequest
+	(*ChmodResponse)(nil),           // 52: airlock.agent.v1.ChmodResponse
+	(*WatchRequest)(nil),            // 53: airlock.agent.v1.WatchRequest
+	(*WatchResponse)(nil),           // 54: airlock.agent.v1.WatchResponse
+	(*ExportChangesRequest)(nil),    // 55: airlock.agent.v1.ExportChangesRequest
+	(*ExportChangesResponse)(nil),   // 56: airlock.agent.v1.ExportChangesResponse
+	nil,                             // 57: airlock.agent.v1.ProcessConfig.EnvEntry
+	(*ProcessEvent_Started)(nil),    // 58: airlock.agent.v1.ProcessEvent.Started
+	(*ProcessEvent_Output)(nil),     // 59: airlock.agent.v1.ProcessEvent.Output
+	(*ProcessEvent_Keepalive)(nil),  // 60: airlock.agent.v1.ProcessEvent.Keepalive
+	(*WatchResponse_Started)(nil),   // 61: airlock.agent.v1.WatchResponse.Started
+	(*WatchResponse_Change)(nil),    // 62: airlock.agent.v1.WatchResponse.Change
+	(*WatchResponse_Keepalive)(nil), // 63: airlock.agent.v1.WatchResponse.Keepalive
 }
 var file_airlock_agent_v1_agent_proto_depIdxs = []int32{
-	55, // 0: airlock.agent.v1.ProcessConfig.env:type_name -> airlock.agent.v1.ProcessConfig.EnvEntry
-	6,  // 1: airlock.agent.v1.ProcessConfig.pty:type_name -> airlock.agent.v1.PtySize
-	5,  // 2: airlock.agent.v1.StartRequest.config:type_name -> airlock.agent.v1.ProcessConfig
-	12, // 3: airlock.agent.v1.StartResponse.event:type_name -> airlock.agent.v1.ProcessEvent
-	7,  // 4: airlock.agent.v1.ConnectRequest.process:type_name -> airlock.agent.v1.ProcessSelector
-	12, // 5: airlock.agent.v1.ConnectResponse.event:type_name -> airlock.agent.v1.ProcessEvent
-	56, // 6: airlock.agent.v1.ProcessEvent.started:type_name -> airlock.agent.v1.ProcessEvent.Started
-	57, // 7: airlock.agent.v1.ProcessEvent.output:type_name -> airlock.agent.v1.ProcessEvent.Output
-	13, // 8: airlock.agent.v1.ProcessEvent.exit:type_name -> airlock.agent.v1.Exit
-	58, // 9: airlock.agent.v1.ProcessEvent.keepalive:type_name -> airlock.agent.v1.ProcessEvent.Keepalive
+	57, // 0: airlock.agent.v1.ProcessConfig.env:type_name -> airlock.agent.v1.ProcessConfig.EnvEntry
+	8,  // 1: airlock.agent.v1.ProcessConfig.pty:type_name -> airlock.agent.v1.PtySize
+	7,  // 2: airlock.agent.v1.StartRequest.config:type_name -> airlock.agent.v1.ProcessConfig
+	14, // 3: airlock.agent.v1.StartResponse.event:type_name -> airlock.agent.v1.ProcessEvent
+	9,  // 4: airlock.agent.v1.ConnectRequest.process:type_name -> airlock.agent.v1.ProcessSelector
+	14, // 5: airlock.agent.v1.ConnectResponse.event:type_name -> airlock.agent.v1.ProcessEvent
+	58, // 6: airlock.agent.v1.ProcessEvent.started:type_name -> airlock.agent.v1.ProcessEvent.Started
+	59, // 7: airlock.agent.v1.ProcessEvent.output:type_name -> airlock.agent.v1.ProcessEvent.Output
+	15, // 8: airlock.agent.v1.ProcessEvent.exit:type_name -> airlock.agent.v1.Exit
+	60, // 9: airlock.agent.v1.ProcessEvent.keepalive:type_name -> airlock.agent.v1.ProcessEvent.Keepalive
 	0,  // 10: airlock.agent.v1.Exit.status:type_name -> airlock.agent.v1.ExitStatus
-	16, // 11: airlock.agent.v1.ListResponse.processes:type_name -> airlock.agent.v1.ProcessInfo
-	5,  // 12: airlock.agent.v1.ProcessInfo.config:type_name -> airlock.agent.v1.ProcessConfig
-	7,  // 13: airlock.agent.v1.SendInputRequest.process:type_name -> airlock.agent.v1.ProcessSelector
-	7,  // 14: airlock.agent.v1.StreamInputRequest.process:type_name -> airlock.agent.v1.ProcessSelector
-	7,  // 15: airlock.agent.v1.CloseStdinRequest.process:type_name -> airlock.agent.v1.ProcessSelector
-	7,  // 16: airlock.agent.v1.SendSignalRequest.process:type_name -> airlock.agent.v1.ProcessSelector
-	7,  // 17: airlock.agent.v1.ResizeRequest.process:type_name -> airlock.agent.v1.ProcessSelector
-	6,  // 18: airlock.agent.v1.ResizeRequest.size:type_name -> airlock.agent.v1.PtySize
-	29, // 19: airlock.agent.v1.ListAllResponse.processes:type_name -> airlock.agent.v1.SandboxProcess
+	18, // 11: airlock.agent.v1.ListResponse.processes:type_name -> airlock.agent.v1.ProcessInfo
+	7,  // 12: airlock.agent.v1.ProcessInfo.config:type_name -> airlock.agent.v1.ProcessConfig
+	9,  // 13: airlock.agent.v1.SendInputRequest.process:type_name -> airlock.agent.v1.ProcessSelector
+	9,  // 14: airlock.agent.v1.StreamInputRequest.process:type_name -> airlock.agent.v1.ProcessSelector
+	9,  // 15: airlock.agent.v1.CloseStdinRequest.process:type_name -> airlock.agent.v1.ProcessSelector
+	9,  // 16: airlock.agent.v1.SendSignalRequest.process:type_name -> airlock.agent.v1.ProcessSelector
+	9,  // 17: airlock.agent.v1.ResizeRequest.process:type_name -> airlock.agent.v1.ProcessSelector
+	8,  // 18: airlock.agent.v1.ResizeRequest.size:type_name -> airlock.agent.v1.PtySize
+	31, // 19: airlock.agent.v1.ListAllResponse.processes:type_name -> airlock.agent.v1.SandboxProcess
 	1,  // 20: airlock.agent.v1.EntryInfo.type:type_name -> airlock.agent.v1.FileType
-	34, // 21: airlock.agent.v1.StatResponse.entry:type_name -> airlock.agent.v1.EntryInfo
-	34, // 22: airlock.agent.v1.ListDirResponse.entries:type_name -> airlock.agent.v1.EntryInfo
-	34, // 23: airlock.agent.v1.ReadResponse.entry:type_name -> airlock.agent.v1.EntryInfo
-	34, // 24: airlock.agent.v1.WriteResponse.entry:type_name -> airlock.agent.v1.EntryInfo
-	34, // 25: airlock.agent.v1.MakeDirResponse.entry:type_name -> airlock.agent.v1.EntryInfo
-	34, // 26: airlock.agent.v1.MoveResponse.entry:type_name -> airlock.agent.v1.EntryInfo
-	34, // 27: airlock.agent.v1.ChmodResponse.entry:type_name -> airlock.agent.v1.EntryInfo
-	59, // 28: airlock.agent.v1.WatchResponse.started:type_name -> airlock.agent.v1.WatchResponse.Started
-	60, // 29: airlock.agent.v1.WatchResponse.change:type_name -> airlock.agent.v1.WatchResponse.Change
-	61, // 30: airlock.agent.v1.WatchResponse.keepalive:type_name -> airlock.agent.v1.WatchResponse.Keepalive
+	36, // 21: airlock.agent.v1.StatResponse.entry:type_name -> airlock.agent.v1.EntryInfo
+	36, // 22: airlock.agent.v1.ListDirResponse.entries:type_name -> airlock.agent.v1.EntryInfo
+	36, // 23: airlock.agent.v1.ReadResponse.entry:type_name -> airlock.agent.v1.EntryInfo
+	36, // 24: airlock.agent.v1.WriteResponse.entry:type_name -> airlock.agent.v1.EntryInfo
+	36, // 25: airlock.agent.v1.MakeDirResponse.entry:type_name -> airlock.agent.v1.EntryInfo
+	36, // 26: airlock.agent.v1.MoveResponse.entry:type_name -> airlock.agent.v1.EntryInfo
+	36, // 27: airlock.agent.v1.ChmodResponse.entry:type_name -> airlock.agent.v1.EntryInfo
+	61, // 28: airlock.agent.v1.WatchResponse.started:type_name -> airlock.agent.v1.WatchResponse.Started
+	62, // 29: airlock.agent.v1.WatchResponse.change:type_name -> airlock.agent.v1.WatchResponse.Change
+	63, // 30: airlock.agent.v1.WatchResponse.keepalive:type_name -> airlock.agent.v1.WatchResponse.Keepalive
 	2,  // 31: airlock.agent.v1.WatchResponse.Change.op:type_name -> airlock.agent.v1.WatchOp
 	3,  // 32: airlock.agent.v1.AgentService.Info:input_type -> airlock.agent.v1.InfoRequest
-	8,  // 33: airlock.agent.v1.ProcessService.Start:input_type -> airlock.agent.v1.StartRequest
-	10, // 34: airlock.agent.v1.ProcessService.Connect:input_type -> airlock.agent.v1.ConnectRequest
-	14, // 35: airlock.agent.v1.ProcessService.List:input_type -> airlock.agent.v1.ListRequest
-	17, // 36: airlock.agent.v1.ProcessService.SendInput:input_type -> airlock.agent.v1.SendInputRequest
-	19, // 37: airlock.agent.v1.ProcessService.StreamInput:input_type -> airlock.agent.v1.StreamInputRequest
-	21, // 38: airlock.agent.v1.ProcessService.CloseStdin:input_type -> airlock.agent.v1.CloseStdinRequest
-	23, // 39: airlock.agent.v1.ProcessService.SendSignal:input_type -> airlock.agent.v1.SendSignalRequest
-	25, // 40: airlock.agent.v1.ProcessService.Resize:input_type -> airlock.agent.v1.ResizeRequest
-	27, // 41: airlock.agent.v1.ProcessService.ListAll:input_type -> airlock.agent.v1.ListAllRequest
-	30, // 42: airlock.agent.v1.ProcessService.SignalAny:input_type -> airlock.agent.v1.SignalAnyRequest
-	32, // 43: airlock.agent.v1.ProcessService.KillAll:input_type -> airlock.agent.v1.KillAllRequest
-	35, // 44: airlock.agent.v1.FileService.Stat:input_type -> airlock.agent.v1.StatRequest
-	37, // 45: airlock.agent.v1.FileService.ListDir:input_type -> airlock.agent.v1.ListDirRequest
-	39, // 46: airlock.agent.v1.FileService.Read:input_type -> airlock.agent.v1.ReadRequest
-	41, // 47: airlock.agent.v1.FileService.Write:input_type -> airlock.agent.v1.WriteRequest
-	43, // 48: airlock.agent.v1.FileService.MakeDir:input_type -> airlock.agent.v1.MakeDirRequest
-	45, // 49: airlock.agent.v1.FileService.Move:input_type -> airlock.agent.v1.MoveRequest
-	47, // 50: airlock.agent.v1.FileService.Remove:input_type -> airlock.agent.v1.RemoveRequest
-	49, // 51: airlock.agent.v1.FileService.Chmod:input_type -> airlock.agent.v1.ChmodRequest
-	51, // 52: airlock.agent.v1.FileService.Watch:input_type -> airlock.agent.v1.WatchRequest
-	53, // 53: airlock.agent.v1.FileService.ExportChanges:input_type -> airlock.agent.v1.ExportChangesRequest
-	4,  // 54: airlock.agent.v1.AgentService.Info:output_type -> airlock.agent.v1.InfoResponse
-	9,  // 55: airlock.agent.v1.ProcessService.Start:output_type -> airlock.agent.v1.StartResponse
-	11, // 56: airlock.agent.v1.ProcessService.Connect:output_type -> airlock.agent.v1.ConnectResponse
-	15, // 57: airlock.agent.v1.ProcessService.List:output_type -> airlock.agent.v1.ListResponse
-	18, // 58: airlock.agent.v1.ProcessService.SendInput:output_type -> airlock.agent.v1.SendInputResponse
-	20, // 59: airlock.agent.v1.ProcessService.StreamInput:output_type -> airlock.agent.v1.StreamInputResponse
-	22, // 60: airlock.agent.v1.ProcessService.CloseStdin:output_type -> airlock.agent.v1.CloseStdinResponse
-	24, // 61: airlock.agent.v1.ProcessService.SendSignal:output_type -> airlock.agent.v1.SendSignalResponse
-	26, // 62: airlock.agent.v1.ProcessService.Resize:output_type -> airlock.agent.v1.ResizeResponse
-	28, // 63: airlock.agent.v1.ProcessService.ListAll:output_type -> airlock.agent.v1.ListAllResponse
-	31, // 64: airlock.agent.v1.ProcessService.SignalAny:output_type -> airlock.agent.v1.SignalAnyResponse
-	33, // 65: airlock.agent.v1.ProcessService.KillAll:output_type -> airlock.agent.v1.KillAllResponse
-	36, // 66: airlock.agent.v1.FileService.Stat:output_type -> airlock.agent.v1.StatResponse
-	38, // 67: airlock.agent.v1.FileService.ListDir:output_type -> airlock.agent.v1.ListDirResponse
-	40, // 68: airlock.agent.v1.FileService.Read:output_type -> airlock.agent.v1.ReadResponse
-	42, // 69: airlock.agent.v1.FileService.Write:output_type -> airlock.agent.v1.WriteResponse
-	44, // 70: airlock.agent.v1.FileService.MakeDir:output_type -> airlock.agent.v1.MakeDirResponse
-	46, // 71: airlock.agent.v1.FileService.Move:output_type -> airlock.agent.v1.MoveResponse
-	48, // 72: airlock.agent.v1.FileService.Remove:output_type -> airlock.agent.v1.RemoveResponse
-	50, // 73: airlock.agent.v1.FileService.Chmod:output_type -> airlock.agent.v1.ChmodResponse
-	52, // 74: airlock.agent.v1.FileService.Watch:output_type -> airlock.agent.v1.WatchResponse
-	54, // 75: airlock.agent.v1.FileService.ExportChanges:output_type -> airlock.agent.v1.ExportChangesResponse
-	54, // [54:76] is the sub-list for method output_type
-	32, // [32:54] is the sub-list for method input_type
+	5,  // 33: airlock.agent.v1.AgentService.SetDeadline:input_type -> airlock.agent.v1.SetDeadlineRequest
+	10, // 34: airlock.agent.v1.ProcessService.Start:input_type -> airlock.agent.v1.StartRequest
+	12, // 35: airlock.agent.v1.ProcessService.Connect:input_type -> airlock.agent.v1.ConnectRequest
+	16, // 36: airlock.agent.v1.ProcessService.List:input_type -> airlock.agent.v1.ListRequest
+	19, // 37: airlock.agent.v1.ProcessService.SendInput:input_type -> airlock.agent.v1.SendInputRequest
+	21, // 38: airlock.agent.v1.ProcessService.StreamInput:input_type -> airlock.agent.v1.StreamInputRequest
+	23, // 39: airlock.agent.v1.ProcessService.CloseStdin:input_type -> airlock.agent.v1.CloseStdinRequest
+	25, // 40: airlock.agent.v1.ProcessService.SendSignal:input_type -> airlock.agent.v1.SendSignalRequest
+	27, // 41: airlock.agent.v1.ProcessService.Resize:input_type -> airlock.agent.v1.ResizeRequest
+	29, // 42: airlock.agent.v1.ProcessService.ListAll:input_type -> airlock.agent.v1.ListAllRequest
+	32, // 43: airlock.agent.v1.ProcessService.SignalAny:input_type -> airlock.agent.v1.SignalAnyRequest
+	34, // 44: airlock.agent.v1.ProcessService.KillAll:input_type -> airlock.agent.v1.KillAllRequest
+	37, // 45: airlock.agent.v1.FileService.Stat:input_type -> airlock.agent.v1.StatRequest
+	39, // 46: airlock.agent.v1.FileService.ListDir:input_type -> airlock.agent.v1.ListDirRequest
+	41, // 47: airlock.agent.v1.FileService.Read:input_type -> airlock.agent.v1.ReadRequest
+	43, // 48: airlock.agent.v1.FileService.Write:input_type -> airlock.agent.v1.WriteRequest
+	45, // 49: airlock.agent.v1.FileService.MakeDir:input_type -> airlock.agent.v1.MakeDirRequest
+	47, // 50: airlock.agent.v1.FileService.Move:input_type -> airlock.agent.v1.MoveRequest
+	49, // 51: airlock.agent.v1.FileService.Remove:input_type -> airlock.agent.v1.RemoveRequest
+	51, // 52: airlock.agent.v1.FileService.Chmod:input_type -> airlock.agent.v1.ChmodRequest
+	53, // 53: airlock.agent.v1.FileService.Watch:input_type -> airlock.agent.v1.WatchRequest
+	55, // 54: airlock.agent.v1.FileService.ExportChanges:input_type -> airlock.agent.v1.ExportChangesRequest
+	4,  // 55: airlock.agent.v1.AgentService.Info:output_type -> airlock.agent.v1.InfoResponse
+	6,  // 56: airlock.agent.v1.AgentService.SetDeadline:output_type -> airlock.agent.v1.SetDeadlineResponse
+	11, // 57: airlock.agent.v1.ProcessService.Start:output_type -> airlock.agent.v1.StartResponse
+	13, // 58: airlock.agent.v1.ProcessService.Connect:output_type -> airlock.agent.v1.ConnectResponse
+	17, // 59: airlock.agent.v1.ProcessService.List:output_type -> airlock.agent.v1.ListResponse
+	20, // 60: airlock.agent.v1.ProcessService.SendInput:output_type -> airlock.agent.v1.SendInputResponse
+	22, // 61: airlock.agent.v1.ProcessService.StreamInput:output_type -> airlock.agent.v1.StreamInputResponse
+	24, // 62: airlock.agent.v1.ProcessService.CloseStdin:output_type -> airlock.agent.v1.CloseStdinResponse
+	26, // 63: airlock.agent.v1.ProcessService.SendSignal:output_type -> airlock.agent.v1.SendSignalResponse
+	28, // 64: airlock.agent.v1.ProcessService.Resize:output_type -> airlock.agent.v1.ResizeResponse
+	30, // 65: airlock.agent.v1.ProcessService.ListAll:output_type -> airlock.agent.v1.ListAllResponse
+	33, // 66: airlock.agent.v1.ProcessService.SignalAny:output_type -> airlock.agent.v1.SignalAnyResponse
+	35, // 67: airlock.agent.v1.ProcessService.KillAll:output_type -> airlock.agent.v1.KillAllResponse
+	38, // 68: airlock.agent.v1.FileService.Stat:output_type -> airlock.agent.v1.StatResponse
+	40, // 69: airlock.agent.v1.FileService.ListDir:output_type -> airlock.agent.v1.ListDirResponse
+	42, // 70: airlock.agent.v1.FileService.Read:output_type -> airlock.agent.v1.ReadResponse
+	44, // 71: airlock.agent.v1.FileService.Write:output_type -> airlock.agent.v1.WriteResponse
+	46, // 72: airlock.agent.v1.FileService.MakeDir:output_type -> airlock.agent.v1.MakeDirResponse
+	48, // 73: airlock.agent.v1.FileService.Move:output_type -> airlock.agent.v1.MoveResponse
+	50, // 74: airlock.agent.v1.FileService.Remove:output_type -> airlock.agent.v1.RemoveResponse
+	52, // 75: airlock.agent.v1.FileService.Chmod:output_type -> airlock.agent.v1.ChmodResponse
+	54, // 76: airlock.agent.v1.FileService.Watch:output_type -> airlock.agent.v1.WatchResponse
+	56, // 77: airlock.agent.v1.FileService.ExportChanges:output_type -> airlock.agent.v1.ExportChangesResponse
+	55, // [55:78] is the sub-list for method output_type
+	32, // [32:55] is the sub-list for method input_type
 	32, // [32:32] is the sub-list for extension type_name
 	32, // [32:32] is the sub-list for extension extendee
 	0,  // [0:32] is the sub-list for field type_name
@@ -3900,22 +4099,24 @@ func file_airlock_agent_v1_agent_proto_init() {
 	if File_airlock_agent_v1_agent_proto != nil {
 		return
 	}
-	file_airlock_agent_v1_agent_proto_msgTypes[4].OneofWrappers = []any{
+	file_airlock_agent_v1_agent_proto_msgTypes[1].OneofWrappers = []any{}
+	file_airlock_agent_v1_agent_proto_msgTypes[3].OneofWrappers = []any{}
+	file_airlock_agent_v1_agent_proto_msgTypes[6].OneofWrappers = []any{
 		(*ProcessSelector_Pid)(nil),
 		(*ProcessSelector_Tag)(nil),
 	}
-	file_airlock_agent_v1_agent_proto_msgTypes[9].OneofWrappers = []any{
+	file_airlock_agent_v1_agent_proto_msgTypes[11].OneofWrappers = []any{
 		(*ProcessEvent_Started_)(nil),
 		(*ProcessEvent_Output_)(nil),
 		(*ProcessEvent_Exit)(nil),
 		(*ProcessEvent_Keepalive_)(nil),
 	}
-	file_airlock_agent_v1_agent_proto_msgTypes[49].OneofWrappers = []any{
+	file_airlock_agent_v1_agent_proto_msgTypes[51].OneofWrappers = []any{
 		(*WatchResponse_Started_)(nil),
 		(*WatchResponse_Change_)(nil),
 		(*WatchResponse_Keepalive_)(nil),
 	}
-	file_airlock_agent_v1_agent_proto_msgTypes[54].OneofWrappers = []any{
+	file_airlock_agent_v1_agent_proto_msgTypes[56].OneofWrappers = []any{
 		(*ProcessEvent_Output_Stdout)(nil),
 		(*ProcessEvent_Output_Stderr)(nil),
 	}
@@ -3925,7 +4126,7 @@ func file_airlock_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_airlock_agent_v1_agent_proto_rawDesc), len(file_airlock_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   59,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

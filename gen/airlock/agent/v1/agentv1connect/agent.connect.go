@@ -43,6 +43,9 @@ const (
 const (
 	// AgentServiceInfoProcedure is the fully-qualified name of the AgentService's Info RPC.
 	AgentServiceInfoProcedure = "/airlock.agent.v1.AgentService/Info"
+	// AgentServiceSetDeadlineProcedure is the fully-qualified name of the AgentService's SetDeadline
+	// RPC.
+	AgentServiceSetDeadlineProcedure = "/airlock.agent.v1.AgentService/SetDeadline"
 	// ProcessServiceStartProcedure is the fully-qualified name of the ProcessService's Start RPC.
 	ProcessServiceStartProcedure = "/airlock.agent.v1.ProcessService/Start"
 	// ProcessServiceConnectProcedure is the fully-qualified name of the ProcessService's Connect RPC.
@@ -97,6 +100,13 @@ const (
 type AgentServiceClient interface {
 	// Info answers once the agent is ready to serve.
 	Info(context.Context, *connect.Request[v1.InfoRequest]) (*connect.Response[v1.InfoResponse], error)
+	// SetDeadline sets, moves or clears the time at which the agent ends
+	// the sandbox by itself: it kills every process of the sandbox and
+	// exits, and as PID 1 its exit ends the PID namespace. It is the
+	// backstop for a sandbox whose daemon is not running when it expires;
+	// the daemon gives a time some seconds after the sandbox's expiry, so
+	// that its own reaper ends the sandbox first whenever it runs.
+	SetDeadline(context.Context, *connect.Request[v1.SetDeadlineRequest]) (*connect.Response[v1.SetDeadlineResponse], error)
 }
 
 // NewAgentServiceClient constructs a client for the airlock.agent.v1.AgentService service. By
@@ -116,12 +126,19 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("Info")),
 			connect.WithClientOptions(opts...),
 		),
+		setDeadline: connect.NewClient[v1.SetDeadlineRequest, v1.SetDeadlineResponse](
+			httpClient,
+			baseURL+AgentServiceSetDeadlineProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("SetDeadline")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // agentServiceClient implements AgentServiceClient.
 type agentServiceClient struct {
-	info *connect.Client[v1.InfoRequest, v1.InfoResponse]
+	info        *connect.Client[v1.InfoRequest, v1.InfoResponse]
+	setDeadline *connect.Client[v1.SetDeadlineRequest, v1.SetDeadlineResponse]
 }
 
 // Info calls airlock.agent.v1.AgentService.Info.
@@ -129,10 +146,22 @@ func (c *agentServiceClient) Info(ctx context.Context, req *connect.Request[v1.I
 	return c.info.CallUnary(ctx, req)
 }
 
+// SetDeadline calls airlock.agent.v1.AgentService.SetDeadline.
+func (c *agentServiceClient) SetDeadline(ctx context.Context, req *connect.Request[v1.SetDeadlineRequest]) (*connect.Response[v1.SetDeadlineResponse], error) {
+	return c.setDeadline.CallUnary(ctx, req)
+}
+
 // AgentServiceHandler is an implementation of the airlock.agent.v1.AgentService service.
 type AgentServiceHandler interface {
 	// Info answers once the agent is ready to serve.
 	Info(context.Context, *connect.Request[v1.InfoRequest]) (*connect.Response[v1.InfoResponse], error)
+	// SetDeadline sets, moves or clears the time at which the agent ends
+	// the sandbox by itself: it kills every process of the sandbox and
+	// exits, and as PID 1 its exit ends the PID namespace. It is the
+	// backstop for a sandbox whose daemon is not running when it expires;
+	// the daemon gives a time some seconds after the sandbox's expiry, so
+	// that its own reaper ends the sandbox first whenever it runs.
+	SetDeadline(context.Context, *connect.Request[v1.SetDeadlineRequest]) (*connect.Response[v1.SetDeadlineResponse], error)
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -148,10 +177,18 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("Info")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceSetDeadlineHandler := connect.NewUnaryHandler(
+		AgentServiceSetDeadlineProcedure,
+		svc.SetDeadline,
+		connect.WithSchema(agentServiceMethods.ByName("SetDeadline")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/airlock.agent.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceInfoProcedure:
 			agentServiceInfoHandler.ServeHTTP(w, r)
+		case AgentServiceSetDeadlineProcedure:
+			agentServiceSetDeadlineHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -163,6 +200,10 @@ type UnimplementedAgentServiceHandler struct{}
 
 func (UnimplementedAgentServiceHandler) Info(context.Context, *connect.Request[v1.InfoRequest]) (*connect.Response[v1.InfoResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("airlock.agent.v1.AgentService.Info is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) SetDeadline(context.Context, *connect.Request[v1.SetDeadlineRequest]) (*connect.Response[v1.SetDeadlineResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("airlock.agent.v1.AgentService.SetDeadline is not implemented"))
 }
 
 // ProcessServiceClient is a client for the airlock.agent.v1.ProcessService service.
