@@ -154,6 +154,12 @@ func TestCLICodeREPL(t *testing.T) {
 }
 
 func TestCLICodeImages(t *testing.T) {
+	// A sandbox's PATH, whose python3 is the host template's
+	// /usr/bin/python3, where this machine's PATH puts another one first
+	// (pyenv's): the fake runtime runs kernels with the test's PATH.
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		t.Setenv("PATH", "/usr/local/bin:/usr/bin:/bin")
+	}
 	if exec.Command("python3", "-c", "import matplotlib").Run() != nil {
 		t.Skip("python3-matplotlib is not installed")
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"image/png"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -524,7 +525,18 @@ func TestStartFailure(t *testing.T) {
 	}
 }
 
+// sandboxPath gives the test a sandbox's PATH, whose python3 is the host
+// template's /usr/bin/python3, where this machine's PATH puts another one
+// first (pyenv's): the fake runtime runs kernels with the test's PATH.
+func sandboxPath(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		t.Setenv("PATH", "/usr/local/bin:/usr/bin:/bin")
+	}
+}
+
 func TestMatplotlibAndPandas(t *testing.T) {
+	sandboxPath(t)
 	need(t, Python)
 	if exec.Command("python3", "-c", "import matplotlib, pandas").Run() != nil {
 		t.Skip("python3-matplotlib and python3-pandas are not installed")
