@@ -181,6 +181,10 @@ func (l Limits) withDefaults() Limits {
 type Config struct {
 	// Sandboxes is the started sandbox manager.
 	Sandboxes *sandbox.Manager
+	// HostPaths are directories of the host (the daemon's data dir) that
+	// no response may name: an error message that does has each such
+	// path, and what follows it, replaced by "<host path>".
+	HostPaths []string
 	// Auth resolves API keys.
 	Auth Authenticator
 	// Audit receives one event per mutation.
@@ -230,6 +234,7 @@ type Config struct {
 // Handler is the API's http.Handler. Build it with New.
 type Handler struct {
 	mgr     *sandbox.Manager
+	redact  func(string) string // see Config.HostPaths
 	authn   Authenticator
 	auditor Auditor
 	limiter RateLimiter
@@ -283,6 +288,7 @@ func New(cfg Config) (*Handler, error) {
 	}
 	h := &Handler{
 		mgr:         cfg.Sandboxes,
+		redact:      hostPathRedactor(cfg.HostPaths),
 		authn:       cfg.Auth,
 		auditor:     cfg.Audit,
 		limiter:     cfg.Limiter,
@@ -355,7 +361,7 @@ func joinMethods(ms []string) string {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if headerBytes(r) > MaxHeaderBytes {
 		w.Header().Set("Connection", "close")
-		writeError(w, h.log, r, &apiError{status: http.StatusRequestHeaderFieldsTooLarge, code: CodeRequestTooLarge,
+		h.writeError(w, r, &apiError{status: http.StatusRequestHeaderFieldsTooLarge, code: CodeRequestTooLarge,
 			msg: fmt.Sprintf("request headers are larger than the limit of %d bytes", MaxHeaderBytes)})
 		return
 	}

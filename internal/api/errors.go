@@ -5,8 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -271,23 +272,52 @@ func capText(s string, n int) string {
 	return s
 }
 
+// publicError is the package's publicError with the host's paths taken
+// out of the message (Config.HostPaths): every answer goes through it.
+func (h *Handler) publicError(err error) (status int, code, msg string) {
+	status, code, msg = publicError(err)
+	if h.redact != nil {
+		msg = h.redact(msg)
+	}
+	return status, code, msg
+}
+
+// hostPathRedactor returns a function that replaces each of paths (and
+// the rest of a path that starts with one) by "<host path>"; nil when
+// there is none.
+func hostPathRedactor(paths []string) func(string) string {
+	var alts []string
+	for _, p := range paths {
+		p = filepath.Clean(p)
+		if p == "/" || p == "." || !filepath.IsAbs(p) {
+			continue
+		}
+		alts = append(alts, regexp.QuoteMeta(p))
+	}
+	if len(alts) == 0 {
+		return nil
+	}
+	re := regexp.MustCompile(`(?:` + strings.Join(alts, "|") + `)(?:/[^\s"':;,]*)?`)
+	return func(msg string) string { return re.ReplaceAllString(msg, "<host path>") }
+}
+
 // writeError writes err as a JSON error response. Server-side failures are
 // logged with the full error, which the client never sees.
-func writeError(w http.ResponseWriter, log *slog.Logger, r *http.Request, err error) {
-	status, code, msg := publicError(err)
+func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	status, code, msg := h.publicError(err)
 	if status >= 500 && status != StatusClientClosedRequest {
-		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+		h.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Del("Content-Length")
+	hdr := w.Header()
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	hdr.Del("Content-Length")
 	switch code {
 	case CodeRateLimited:
-		h.Set("Retry-After", "1")
+		hdr.Set("Retry-After", "1")
 	case CodeUnauthenticated:
-		h.Set("WWW-Authenticate", `Bearer realm="airlock"`)
+		hdr.Set("WWW-Authenticate", `Bearer realm="airlock"`)
 	}
 	w.WriteHeader(status)
 	b, _ := json.Marshal(errorBody{Error: errorDetail{Code: code, Message: msg}})

@@ -615,7 +615,7 @@ func (nw *ndjsonWriter) abortIfFailed() {
 // outcome is recorded, then the error line sent. It returns the public
 // error code.
 func (nw *ndjsonWriter) endWithError(err error) string {
-	_, code, msg := publicError(nw.c.explain(err))
+	_, code, msg := nw.c.h.publicError(nw.c.explain(err))
 	nw.c.record(code)
 	_ = nw.writeLine(errorEvent{Type: "error", Error: errorDetail{Code: code, Message: msg}})
 	return code

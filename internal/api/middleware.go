@@ -74,7 +74,7 @@ func (w *statusWriter) started() bool { return w.status != 0 }
 func (h *Handler) plain(f func(w http.ResponseWriter, r *http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := f(w, r); err != nil {
-			writeError(w, h.log, r, err)
+			h.writeError(w, r, err)
 		}
 	})
 }
@@ -91,13 +91,13 @@ func (h *Handler) wrap(rt route) http.Handler {
 				}
 				h.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v))
 				if !c.w.started() {
-					writeError(c.w, h.log, r, fmt.Errorf("panic: %w", errdefs.ErrInternal))
+					h.writeError(c.w, r, fmt.Errorf("panic: %w", errdefs.ErrInternal))
 				}
 			}
 		}()
 		if !h.reqs.enter() {
 			// The graceful stop has begun: nothing new starts.
-			writeError(c.w, h.log, r, shutdownError())
+			h.writeError(c.w, r, shutdownError())
 			return
 		}
 		defer h.reqs.leave()
@@ -116,11 +116,11 @@ func (h *Handler) wrap(rt route) http.Handler {
 			p, viaToken, err := h.principal(r, rt)
 			c.viaToken = viaToken
 			if err != nil {
-				writeError(c.w, h.log, r, err)
+				h.writeError(c.w, r, err)
 				return
 			}
 			if h.limiter != nil && !h.limiter.Allow(p.KeyID) {
-				writeError(c.w, h.log, r, &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited,
+				h.writeError(c.w, r, &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited,
 					msg: "too many requests for this API key; slow down"})
 				return
 			}
@@ -153,7 +153,7 @@ func (h *Handler) fail(c *call, err error) {
 		h.log.Warn("request failed after the response started", "method", c.r.Method, "path", c.r.URL.Path, "err", err)
 		panic(http.ErrAbortHandler)
 	}
-	writeError(c.w, h.log, c.r, err)
+	h.writeError(c.w, c.r, err)
 }
 
 // begin records the intent of the mutation (who, the action, the target

@@ -283,7 +283,7 @@ func (h *Handler) pty(c *call) error {
 // away) when the daemon's graceful stop ended the session, else 1011.
 func (h *Handler) ptyFail(ctx context.Context, c *call, conn *websocket.Conn, err error) {
 	err = c.explain(err)
-	_, code, msg := publicError(err)
+	_, code, msg := h.publicError(err)
 	h.log.Warn("pty session failed", "err", err)
 	c.record(code)
 	b, _ := json.Marshal(errorEvent{Type: "error", Error: errorDetail{Code: code, Message: msg}})

@@ -227,6 +227,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	}
 	h, err := api.New(api.Config{
 		Sandboxes:   mgr,
+		HostPaths:   []string{cfg.DataDir},
 		Code:        code,
 		Auth:        keys,
 		Audit:       auditLog,
