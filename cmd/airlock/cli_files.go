@@ -167,40 +167,34 @@ func fileMode(e client.FileInfo) string {
 
 func (c *cli) filesMkdir(ctx context.Context, args []string) (int, error) {
 	fs := c.flags("files mkdir", filesUsage)
-	user := userFlag(fs)
-	pos, err := parse(fs, args)
-	if err != nil {
-		return c.parseFailed(err)
-	}
-	if len(pos) < 2 {
-		return 2, usagef("usage: airlock files mkdir [-u USER] ID PATH...")
-	}
-	as, err := asUser(*user)
-	if err != nil {
-		return 2, err
-	}
-	cl, err := c.client()
-	if err != nil {
-		return 2, err
-	}
-	id := pos[0]
-	return c.forEachID(ctx, pos[1:], "directories were not made", func(ctx context.Context, p string) error {
-		_, err := cl.MakeDir(ctx, id, p, as...)
-		return err
-	})
+	return c.filesEach(ctx, fs, args, "usage: airlock files mkdir [-u USER] ID PATH...", "directories were not made",
+		func(ctx context.Context, cl *client.Client, id, p string, as []client.FileOption) error {
+			_, err := cl.MakeDir(ctx, id, p, as...)
+			return err
+		})
 }
 
 func (c *cli) filesRemove(ctx context.Context, args []string) (int, error) {
 	fs := c.flags("files rm", filesUsage)
 	recursive := fs.Bool("r", false, "also remove directories, with everything in them")
 	fs.BoolVar(recursive, "recursive", false, "same as -r")
+	return c.filesEach(ctx, fs, args, "usage: airlock files rm [-u USER] [-r] ID PATH...", "paths were not removed",
+		func(ctx context.Context, cl *client.Client, id, p string, as []client.FileOption) error {
+			return cl.RemoveFile(ctx, id, p, *recursive, as...)
+		})
+}
+
+// filesEach parses `ID PATH...` (with -u USER) with fs and runs op on each
+// path of sandbox ID, reporting failed ones as forEachID does.
+func (c *cli) filesEach(ctx context.Context, fs *flag.FlagSet, args []string, usage, failed string,
+	op func(ctx context.Context, cl *client.Client, id, p string, as []client.FileOption) error) (int, error) {
 	user := userFlag(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return c.parseFailed(err)
 	}
 	if len(pos) < 2 {
-		return 2, usagef("usage: airlock files rm [-u USER] [-r] ID PATH...")
+		return 2, usagef("%s", usage)
 	}
 	as, err := asUser(*user)
 	if err != nil {
@@ -211,8 +205,8 @@ func (c *cli) filesRemove(ctx context.Context, args []string) (int, error) {
 		return 2, err
 	}
 	id := pos[0]
-	return c.forEachID(ctx, pos[1:], "paths were not removed", func(ctx context.Context, p string) error {
-		return cl.RemoveFile(ctx, id, p, *recursive, as...)
+	return c.forEachID(ctx, pos[1:], failed, func(ctx context.Context, p string) error {
+		return op(ctx, cl, id, p, as)
 	})
 }
 

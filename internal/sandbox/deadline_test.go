@@ -92,15 +92,7 @@ func TestAgentDeadlineFollowsExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	crash(m)
-	m2 := e.newManager(cfg)
-	if err := m2.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := m2.WaitRecovered(wctx); err != nil {
-		t.Fatal(err)
-	}
+	m2 := e.recovered(cfg)
 	wantAgentDeadline(t, m2, cold.ID, "adopted")
 }
 
@@ -148,15 +140,7 @@ func TestAgentDeadlineWithoutDaemon(t *testing.T) {
 
 	ends := &endLog{}
 	cfg.Ends = ends
-	m2 := e.newManager(cfg)
-	if err := m2.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := m2.WaitRecovered(wctx); err != nil {
-		t.Fatal(err)
-	}
+	m2 := e.recovered(cfg)
 	want := map[string]string{short.ID: EndExpired, crashed.ID: EndAgentGone}
 	if got := ends.reasons(); !maps.Equal(got, want) {
 		t.Errorf("ends recorded %v, want %v", got, want)

@@ -88,15 +88,7 @@ func TestAgentDeathEndsAtOnce(t *testing.T) {
 
 	// A restarted manager watches the agents it adopts.
 	crash(m1)
-	m2 := e.newManager(cfg)
-	if err := m2.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := m2.WaitRecovered(wctx); err != nil {
-		t.Fatal(err)
-	}
+	m2 := e.recovered(cfg)
 	if s := stateOf(m2, kept.ID); s != StateRunning {
 		t.Fatalf("adopted sandbox is %q", s)
 	}

@@ -69,6 +69,19 @@ func (e *env) manager(cfg Config) *Manager {
 	return m
 }
 
+// recovered starts a manager on e's runtime and state, as a restarted
+// daemon would, and waits up to 10 s for its recovery to finish.
+func (e *env) recovered(cfg Config) *Manager {
+	e.t.Helper()
+	m := e.manager(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.WaitRecovered(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	return m
+}
+
 func (e *env) newManager(cfg Config) *Manager {
 	e.t.Helper()
 	cfg.StateDir = e.stateDir
