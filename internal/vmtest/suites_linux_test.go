@@ -26,9 +26,36 @@ func runSuite(t *testing.T, vm VM, pkg string, timeout time.Duration, args ...st
 		Timeout:  timeout + 30*time.Second,
 	})
 	if res.ExitCode != 0 {
-		t.Errorf("%s in the guest exited %d; failed: %v\n%s", pkg, res.ExitCode, failedTests(res.Output), res.Output)
+		// The whole output first, then what failed and its lines: CI
+		// shows a log's tail.
+		failed := failedTests(res.Output)
+		t.Errorf("%s\n%s in the guest exited %d; failed: %v\n%s", res.Output, pkg, res.ExitCode, failed, failureLines(res.Output, failed))
 	}
 	return res.Output
+}
+
+// failureLines returns, for each failed test, the lines of a -test.v
+// output from its "=== RUN" to its "--- FAIL", at most 30 each.
+func failureLines(out []byte, failed []string) string {
+	var b strings.Builder
+	lines := strings.Split(string(out), "\n")
+	for _, name := range failed {
+		start := -1
+		for i, l := range lines {
+			if strings.TrimSpace(l) == "=== RUN   "+name {
+				start = i
+			}
+			if start >= 0 && strings.HasPrefix(strings.TrimSpace(l), "--- FAIL: "+name+" ") {
+				block := lines[start : i+1]
+				if len(block) > 30 {
+					block = append(append([]string{}, block[:10]...), append([]string{"\t..."}, block[len(block)-19:]...)...)
+				}
+				b.WriteString(strings.Join(block, "\n") + "\n")
+				break
+			}
+		}
+	}
+	return b.String()
 }
 
 // requirePassed fails t unless a -test.v output reports each of tests
