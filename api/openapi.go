@@ -1,8 +1,12 @@
-// Package api holds the description of Airlock's REST API,
-// openapi.yaml (OpenAPI 3.1, written as JSON, which is also YAML), and
-// embeds it so that the daemon serves the very same bytes at
-// GET /v1/openapi.json. internal/api's tests keep it equal to the routes
-// the daemon serves.
+// Package api holds the description of Airlock's REST API: its wire
+// types, the JSON bodies the daemon (internal/api) sends and accepts and
+// the Go client (package client) decodes and sends, and openapi.yaml
+// (OpenAPI 3.1, written as JSON, which is also YAML), which it embeds so
+// that the daemon serves the very same bytes at GET /v1/openapi.json.
+// This package's tests keep each schema of openapi.yaml equal to the JSON
+// fields of its Go type; internal/api's keep its paths equal to the routes
+// the daemon serves. It imports nothing of the module, so that the public
+// client can import it.
 package api
 
 import _ "embed"

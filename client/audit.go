@@ -2,12 +2,13 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
 )
 
 // AuditQuery selects audit records. Zero fields match everything.
@@ -38,63 +39,22 @@ type AuditQuery struct {
 // daemon). A request refused before it did anything has an outcome only,
 // without IntentSeq.
 const (
-	PhaseIntent  = "intent"
-	PhaseOutcome = "outcome"
+	PhaseIntent  = api.PhaseIntent
+	PhaseOutcome = api.PhaseOutcome
 )
 
 // AuditRecord is one record of the audit log, with its place in the hash
 // chain.
-type AuditRecord struct {
-	// Seq numbers records from 1 without gaps, across all tenants.
-	Seq      uint64    `json:"seq"`
-	Time     time.Time `json:"time"`
-	TenantID string    `json:"tenant_id,omitempty"`
-	// KeyID is the API key that acted.
-	KeyID  string `json:"key_id,omitempty"`
-	Action string `json:"action"`
-	Target string `json:"target,omitempty"`
-	// Outcome is "intent" for an intent, otherwise "ok" or the error
-	// code of the failure.
-	Outcome string `json:"outcome"`
-	// Phase is PhaseIntent or PhaseOutcome.
-	Phase string `json:"phase"`
-	// IntentSeq is, for an outcome, the Seq of its intent; 0 for a
-	// request refused before it did anything.
-	IntentSeq uint64 `json:"intent_seq,omitempty"`
-	// Details are action-specific facts, as JSON.
-	Details  json.RawMessage `json:"details,omitempty"`
-	PrevHash string          `json:"prev_hash"`
-	Hash     string          `json:"hash"`
-}
+type AuditRecord = api.AuditRecord
 
 // AuditHead names a record of the chain by its Seq and Hash: the head of
 // the log in a report, or a checkpoint saved earlier.
-type AuditHead struct {
-	Seq  uint64 `json:"seq"`
-	Hash string `json:"hash"`
-}
+type AuditHead = api.AuditHead
 
-// AuditReport is the outcome of AuditVerify.
-type AuditReport struct {
-	// OK is true when every record up to Head checked out.
-	OK bool `json:"ok"`
-	// Records counts the records whose hashes were checked.
-	Records uint64 `json:"records"`
-	// FirstBadSeq is the first bad record (0 when OK), and Reason what
-	// is wrong with it.
-	FirstBadSeq uint64 `json:"first_bad_seq"`
-	Reason      string `json:"reason,omitempty"`
-	// Head is the anchor verified up to: keep it off the host and pass
-	// it to a later AuditVerify as a checkpoint.
-	Head AuditHead `json:"head"`
-	// OpenIntents counts the intents, of every tenant, that no outcome
-	// names: actions in flight during the verification, or cut short by a
-	// crash of the daemon. They are not chain errors.
-	OpenIntents uint64 `json:"open_intents"`
-	// OpenIntentSeqs lists the oldest of them that belong to the
-	// caller's tenant (at most 100).
-	OpenIntentSeqs []uint64 `json:"open_intent_seqs,omitempty"`
-}
+// AuditReport is the outcome of AuditVerify. Its Head is the anchor
+// verified up to: keep it off the host and pass it to a later AuditVerify
+// as a checkpoint.
+type AuditReport = api.VerifyReport
 
 // AuditCheckpoint is a head of the audit chain signed by the daemon: its
 // statement that the chain ended at Seq, with the record Hash, at Time.
@@ -102,26 +62,12 @@ type AuditReport struct {
 // it catches a log truncated or wiped since, or rewritten with recomputed
 // hashes. A checkpoint with only Seq and Hash is unsigned: a head the
 // caller saved itself.
-type AuditCheckpoint struct {
-	Seq  uint64    `json:"seq"`
-	Hash string    `json:"hash"`
-	Time time.Time `json:"time,omitzero"`
-	// KeyID names the daemon's signing key (16 hex digits of the SHA-256
-	// of its ed25519 public key).
-	KeyID string `json:"key_id,omitempty"`
-	// Signature is the ed25519 signature, base64, of the message the
-	// server's API description documents.
-	Signature string `json:"signature,omitempty"`
-}
+type AuditCheckpoint = api.AuditCheckpoint
 
-// AuditCheckpointResult is the answer of AuditCheckpoint.
-type AuditCheckpointResult struct {
-	Checkpoint AuditCheckpoint `json:"checkpoint"`
-	// PublicKey is the daemon's checkpoint key, a PEM "PUBLIC KEY" block
-	// (PKIX, ed25519): keep it with the checkpoints to verify them
-	// offline.
-	PublicKey string `json:"public_key"`
-}
+// AuditCheckpointResult is the answer of AuditCheckpoint: the checkpoint
+// and the daemon's public key, to keep with the checkpoints to verify
+// them offline.
+type AuditCheckpointResult = api.AuditCheckpointResponse
 
 // AuditCheckpoint returns the current head of the audit chain signed by
 // the daemon, and its public key. It needs the admin scope.
@@ -162,10 +108,7 @@ func (c *Client) AuditList(ctx context.Context, q AuditQuery) (records []AuditRe
 	if q.Phase != "" {
 		v.Set("phase", q.Phase)
 	}
-	var out struct {
-		Records   []AuditRecord `json:"records"`
-		NextAfter uint64        `json:"next_after"`
-	}
+	var out api.AuditList
 	if err := c.doJSON(ctx, http.MethodGet, "/v1/audit", v, nil, &out, http.StatusOK); err != nil {
 		return nil, 0, err
 	}
@@ -190,9 +133,7 @@ func (c *Client) AuditVerify(ctx context.Context, checkpoints ...AuditHead) (*Au
 // whose signature does not verify with the daemon's key (forged, edited,
 // or another key's) is refused with ErrInvalid. At most 1024 checkpoints.
 func (c *Client) AuditVerifyCheckpoints(ctx context.Context, checkpoints ...AuditCheckpoint) (*AuditReport, error) {
-	in := struct {
-		Checkpoints []AuditCheckpoint `json:"checkpoints,omitempty"`
-	}{checkpoints}
+	in := api.VerifyRequest{Checkpoints: checkpoints}
 	var out AuditReport
 	if err := c.doJSON(ctx, http.MethodPost, "/v1/audit/verify", nil, in, &out, http.StatusOK); err != nil {
 		return nil, err

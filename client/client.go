@@ -25,6 +25,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/api"
 )
 
 // DefaultMaxResponseBytes caps a JSON response the client buffers.
@@ -239,11 +241,9 @@ func readStream[T any](r io.Reader, what string, maxLine int, fn func(*T) (done 
 	return fmt.Errorf("airlock: %s ended without a result: %w", what, ErrUnavailable)
 }
 
-// errDetail is the error object of a stream's error line.
-type errDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
+// errDetail is the error object of a stream's error line
+// (api.ErrorDetail).
+type errDetail api.ErrorDetail
 
 // parseErrDetail decodes raw as an error object; nil if it is not one.
 func parseErrDetail(raw json.RawMessage) *errDetail {

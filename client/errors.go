@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/api"
 )
 
 // Sentinel errors. An *APIError matches (errors.Is) the one that fits its
@@ -120,14 +122,6 @@ func (e *APIError) sentinel() error {
 	return nil
 }
 
-// errorBody is the wire form of an error.
-type errorBody struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
 // decodeError turns an unexpected response into an *APIError. A body that
 // is not the API's error shape (a proxy's page) keeps the status with a
 // generic message.
@@ -138,7 +132,7 @@ func decodeError(resp *http.Response) error {
 
 func errorFrom(status int, body []byte) *APIError {
 	e := &APIError{Status: status}
-	var eb errorBody
+	var eb api.Error
 	if json.Unmarshal(body, &eb) == nil && eb.Error.Code != "" {
 		e.Code, e.Message = eb.Error.Code, eb.Error.Message
 		return e

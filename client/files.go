@@ -8,9 +8,12 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
 )
 
-// FileInfo describes a file or directory in a sandbox.
+// FileInfo describes a file or directory in a sandbox: the wire forms
+// api.FileEntry and, for WriteFile, api.FileWriteResult in one.
 type FileInfo struct {
 	Name string `json:"name"`
 	// Path is the absolute path inside the sandbox.
@@ -28,6 +31,13 @@ type FileInfo struct {
 	// SHA256 is the hex SHA-256 of the bytes the server received
 	// (WriteFile only).
 	SHA256 string `json:"sha256,omitempty"`
+}
+
+// fileInfo is the FileInfo of the wire form e, with sha256 the hex
+// SHA-256 of a write ("" otherwise).
+func fileInfo(e *api.FileEntry, sha256 string) FileInfo {
+	return FileInfo{Name: e.Name, Path: e.Path, Type: e.Type, Size: e.Size, Mode: e.Mode, UID: e.UID, GID: e.GID,
+		ModTime: e.ModTime, SymlinkTarget: e.SymlinkTarget, SHA256: sha256}
 }
 
 // FileOption tunes a file request.
@@ -95,11 +105,12 @@ func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader, op
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var out FileInfo
+	var out api.FileWriteResult
 	if err := c.decodeBody(resp, &out); err != nil {
 		return nil, err
 	}
-	return &out, nil
+	fi := fileInfo(&out.FileEntry, out.SHA256)
+	return &fi, nil
 }
 
 // ReadFile opens the file at path in sandbox id for streaming. The caller
@@ -151,11 +162,12 @@ func (c *Client) MakeDir(ctx context.Context, id, path string, opts ...FileOptio
 	if err := checkPath(path); err != nil {
 		return nil, err
 	}
-	var out FileInfo
+	var out api.FileEntry
 	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "/files/mkdir"), fileQuery(path, opts), nil, &out, http.StatusOK); err != nil {
 		return nil, err
 	}
-	return &out, nil
+	fi := fileInfo(&out, "")
+	return &fi, nil
 }
 
 // ListDir lists the directory at path in sandbox id ("" for the user's
@@ -169,12 +181,13 @@ func (c *Client) ListDir(ctx context.Context, id, path string, depth int, opts .
 	if depth > 1 {
 		q.Set("depth", strconv.Itoa(depth))
 	}
-	var out struct {
-		Entries   []FileInfo `json:"entries"`
-		Truncated bool       `json:"truncated"`
-	}
+	var out api.DirListing
 	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "/files/list"), q, nil, &out, http.StatusOK); err != nil {
 		return nil, false, err
 	}
-	return out.Entries, out.Truncated, nil
+	entries = make([]FileInfo, 0, len(out.Entries))
+	for i := range out.Entries {
+		entries = append(entries, fileInfo(&out.Entries[i], ""))
+	}
+	return entries, out.Truncated, nil
 }

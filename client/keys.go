@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
 )
 
 // Key is an API key of the caller's tenant, without its secret.
@@ -44,19 +46,9 @@ type CreatedKey struct {
 	Secret string `json:"key"`
 }
 
-// keyBody is the wire form of a key: unset times are null.
-type keyBody struct {
-	ID         string     `json:"id"`
-	Key        string     `json:"key"`
-	Name       string     `json:"name"`
-	Scopes     []string   `json:"scopes"`
-	CreatedAt  time.Time  `json:"created_at"`
-	ExpiresAt  *time.Time `json:"expires_at"`
-	LastUsedAt *time.Time `json:"last_used_at"`
-	RevokedAt  *time.Time `json:"revoked_at"`
-}
-
-func (b *keyBody) key() Key {
+// keyFrom is the Key that the wire form b describes: its unset times,
+// null on the wire, are zero.
+func keyFrom(b *api.Key) Key {
 	k := Key{ID: b.ID, Name: b.Name, Scopes: b.Scopes, CreatedAt: b.CreatedAt}
 	for _, t := range []struct {
 		src *time.Time
@@ -69,36 +61,42 @@ func (b *keyBody) key() Key {
 	return k
 }
 
+// createdKeyFrom is the CreatedKey that the wire form b describes; a
+// server that sent no key string failed.
+func createdKeyFrom(b *api.CreatedKey) (CreatedKey, error) {
+	if b.Key == "" {
+		return CreatedKey{}, fmt.Errorf("airlock: the server returned no key string: %w", ErrInternal)
+	}
+	k := api.Key{ID: b.ID, Name: b.Name, Scopes: b.Scopes, CreatedAt: b.CreatedAt, ExpiresAt: b.ExpiresAt,
+		LastUsedAt: b.LastUsedAt, RevokedAt: b.RevokedAt}
+	return CreatedKey{Key: keyFrom(&k), Secret: b.Key}, nil
+}
+
 // CreateKey creates an API key in the caller's tenant. It needs the admin
 // scope.
 func (c *Client) CreateKey(ctx context.Context, req CreateKeyRequest) (*CreatedKey, error) {
-	in := struct {
-		Name       string   `json:"name"`
-		Scopes     []string `json:"scopes"`
-		ExpiresInS int64    `json:"expires_in_s,omitempty"`
-	}{req.Name, req.Scopes, seconds(req.ExpiresIn)}
-	var out keyBody
+	in := api.CreateKeyRequest{Name: req.Name, Scopes: req.Scopes, ExpiresInS: seconds(req.ExpiresIn)}
+	var out api.CreatedKey
 	if err := c.doJSON(ctx, http.MethodPost, "/v1/keys", nil, in, &out, http.StatusCreated); err != nil {
 		return nil, err
 	}
-	if out.Key == "" {
-		return nil, fmt.Errorf("airlock: the server returned no key string: %w", ErrInternal)
+	k, err := createdKeyFrom(&out)
+	if err != nil {
+		return nil, err
 	}
-	return &CreatedKey{Key: out.key(), Secret: out.Key}, nil
+	return &k, nil
 }
 
 // ListKeys returns the keys of the caller's tenant, revoked and expired
 // ones included, oldest first. It needs the admin scope.
 func (c *Client) ListKeys(ctx context.Context) ([]Key, error) {
-	var out struct {
-		Keys []keyBody `json:"keys"`
-	}
+	var out api.KeyList
 	if err := c.doJSON(ctx, http.MethodGet, "/v1/keys", nil, nil, &out, http.StatusOK); err != nil {
 		return nil, err
 	}
 	keys := make([]Key, 0, len(out.Keys))
 	for i := range out.Keys {
-		keys = append(keys, out.Keys[i].key())
+		keys = append(keys, keyFrom(&out.Keys[i]))
 	}
 	return keys, nil
 }

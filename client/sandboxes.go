@@ -7,23 +7,17 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
 )
 
 // Limits are a sandbox's resource caps. Zero fields take the template's
 // limits, then the server's defaults.
-type Limits struct {
-	CPUs     float64 `json:"cpus,omitempty"`
-	MemoryMB int64   `json:"memory_mb,omitempty"`
-	Pids     int64   `json:"pids,omitempty"`
-	DiskMB   int64   `json:"disk_mb,omitempty"`
-}
+type Limits = api.Limits
 
 // Network is a sandbox's network policy. Mode "none" (the default) gives
 // the sandbox loopback only.
-type Network struct {
-	Mode  string   `json:"mode"`
-	Allow []string `json:"allow,omitempty"`
-}
+type Network = api.Network
 
 // CreateSandboxRequest describes a sandbox to create. Zero values mean
 // the server's defaults.
@@ -46,34 +40,34 @@ type CreateSandboxRequest struct {
 }
 
 // State is where a sandbox is in its lifecycle.
-type State string
+type State = api.State
 
 // The sandbox states.
 const (
-	StateCreating State = "creating"
+	StateCreating = api.StateCreating
 	// StateAdopting: a restarted daemon is adopting the sandbox; its
 	// operations fail with 503 until it is running. Retry.
-	StateAdopting State = "adopting"
-	StateRunning  State = "running"
-	StatePaused   State = "paused"
-	StateStopping State = "stopping"
+	StateAdopting = api.StateAdopting
+	StateRunning  = api.StateRunning
+	StatePaused   = api.StatePaused
+	StateStopping = api.StateStopping
 	// StateStopped and StateFailed with a non-zero StoppedAt: the
 	// sandbox has ended (EndReason says why). The server keeps ended
 	// sandboxes visible for a while (its ended_retention), then answers
 	// ErrNotFound.
-	StateStopped State = "stopped"
-	StateFailed  State = "failed"
+	StateStopped = api.StateStopped
+	StateFailed  = api.StateFailed
 )
 
 // The reasons a sandbox ended (Sandbox.EndReason).
 const (
-	EndDeleted            = "deleted"             // DeleteSandbox
-	EndExpired            = "expired"             // its timeout passed
-	EndIdle               = "idle"                // its idle timeout passed
-	EndAgentDied          = "agent_died"          // its agent (PID 1) exited, and every process with it
-	EndAgentGone          = "agent_gone"          // its agent was gone when the server restarted
-	EndCreateInterrupted  = "create_interrupted"  // the server restarted before its create was answered
-	EndDestroyInterrupted = "destroy_interrupted" // the server restarted during its delete, then finished it
+	EndDeleted            = api.EndDeleted            // DeleteSandbox
+	EndExpired            = api.EndExpired            // its timeout passed
+	EndIdle               = api.EndIdle               // its idle timeout passed
+	EndAgentDied          = api.EndAgentDied          // its agent (PID 1) exited, and every process with it
+	EndAgentGone          = api.EndAgentGone          // its agent was gone when the server restarted
+	EndCreateInterrupted  = api.EndCreateInterrupted  // the server restarted before its create was answered
+	EndDestroyInterrupted = api.EndDestroyInterrupted // the server restarted during its delete, then finished it
 )
 
 // Sandbox describes a sandbox.
@@ -109,33 +103,8 @@ type ListOptions struct {
 	Metadata map[string]string
 }
 
-type createBody struct {
-	Template     string            `json:"template,omitempty"`
-	TimeoutS     int64             `json:"timeout_s,omitempty"`
-	IdleTimeoutS int64             `json:"idle_timeout_s,omitempty"`
-	Limits       *Limits           `json:"limits,omitempty"`
-	Network      *Network          `json:"network,omitempty"`
-	Env          map[string]string `json:"env,omitempty"`
-	Metadata     map[string]string `json:"metadata,omitempty"`
-}
-
-type sandboxBody struct {
-	ID             string            `json:"id"`
-	State          State             `json:"state"`
-	Template       string            `json:"template"`
-	Limits         Limits            `json:"limits"`
-	Metadata       map[string]string `json:"metadata"`
-	CreatedAt      time.Time         `json:"created_at"`
-	ExpiresAt      time.Time         `json:"expires_at"`
-	MaxExpiresAt   time.Time         `json:"max_expires_at"`
-	IdleTimeoutS   int64             `json:"idle_timeout_s"`
-	LastActivityAt time.Time         `json:"last_activity_at"`
-	StoppedAt      *time.Time        `json:"stopped_at"`
-	EndReason      string            `json:"end_reason"`
-	Error          string            `json:"error"`
-}
-
-func (b *sandboxBody) sandbox() *Sandbox {
+// sandboxFrom is the Sandbox that the wire form b describes.
+func sandboxFrom(b *api.Sandbox) *Sandbox {
 	sb := &Sandbox{
 		ID:             b.ID,
 		State:          b.State,
@@ -174,7 +143,7 @@ func checkID(id string) error {
 
 // CreateSandbox creates a sandbox and returns it once it runs.
 func (c *Client) CreateSandbox(ctx context.Context, req CreateSandboxRequest) (*Sandbox, error) {
-	in := createBody{
+	in := api.CreateSandboxRequest{
 		Template:     req.Template,
 		TimeoutS:     seconds(req.Timeout),
 		IdleTimeoutS: seconds(req.IdleTimeout),
@@ -183,11 +152,11 @@ func (c *Client) CreateSandbox(ctx context.Context, req CreateSandboxRequest) (*
 		Env:          req.Env,
 		Metadata:     req.Metadata,
 	}
-	var out sandboxBody
+	var out api.Sandbox
 	if err := c.doJSON(ctx, http.MethodPost, "/v1/sandboxes", nil, in, &out, http.StatusCreated); err != nil {
 		return nil, err
 	}
-	return out.sandbox(), nil
+	return sandboxFrom(&out), nil
 }
 
 // ListSandboxes returns the caller's sandboxes that opts selects, oldest
@@ -200,15 +169,13 @@ func (c *Client) ListSandboxes(ctx context.Context, opts ListOptions) ([]Sandbox
 	for k, v := range opts.Metadata {
 		q.Set("metadata."+k, v)
 	}
-	var out struct {
-		Sandboxes []sandboxBody `json:"sandboxes"`
-	}
+	var out api.SandboxList
 	if err := c.doJSON(ctx, http.MethodGet, "/v1/sandboxes", q, nil, &out, http.StatusOK); err != nil {
 		return nil, err
 	}
 	sbs := make([]Sandbox, 0, len(out.Sandboxes))
 	for i := range out.Sandboxes {
-		sbs = append(sbs, *out.Sandboxes[i].sandbox())
+		sbs = append(sbs, *sandboxFrom(&out.Sandboxes[i]))
 	}
 	return sbs, nil
 }
@@ -218,11 +185,11 @@ func (c *Client) GetSandbox(ctx context.Context, id string) (*Sandbox, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	var out sandboxBody
+	var out api.Sandbox
 	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, ""), nil, nil, &out, http.StatusOK); err != nil {
 		return nil, err
 	}
-	return out.sandbox(), nil
+	return sandboxFrom(&out), nil
 }
 
 // DeleteSandbox destroys sandbox id. Deleting a stopped sandbox succeeds.
@@ -239,12 +206,10 @@ func (c *Client) SetTimeout(ctx context.Context, id string, d time.Duration) (*S
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	in := struct {
-		TimeoutS int64 `json:"timeout_s"`
-	}{seconds(d)}
-	var out sandboxBody
+	in := api.TimeoutRequest{TimeoutS: seconds(d)}
+	var out api.Sandbox
 	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "/timeout"), nil, in, &out, http.StatusOK); err != nil {
 		return nil, err
 	}
-	return out.sandbox(), nil
+	return sandboxFrom(&out), nil
 }

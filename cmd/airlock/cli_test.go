@@ -63,7 +63,12 @@ func newCLIEnv(t *testing.T) *cliEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.mgr, err = sandbox.New(e.rt, reg, sandbox.Config{StateDir: filepath.Join(t.TempDir(), "state"), HealthInterval: -1}, nil)
+	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "airlock.db"), sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e.mgr, err = sandbox.New(e.rt, reg, sandbox.Config{StateDir: filepath.Join(t.TempDir(), "state"), HealthInterval: -1, Records: st}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,11 +76,6 @@ func newCLIEnv(t *testing.T) *cliEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.mgr.Close(context.Background()) })
-	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "airlock.db"), sqlitestore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
 	e.auth, err = auth.NewService(st, auth.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func newCLIEnv(t *testing.T) *cliEnv {
 		t.Fatal(err)
 	}
 	h, err := api.New(api.Config{Sandboxes: e.mgr, Auth: e.auth, Audit: log, AuditLog: log, AuditSigner: e.signer, Keys: e.auth,
-		Tenants: e.auth, Records: st, Quota: e.auth})
+		Tenants: e.auth, Quota: e.auth})
 	if err != nil {
 		t.Fatal(err)
 	}

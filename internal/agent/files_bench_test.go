@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // BenchmarkFileOpsCreds measures small file requests through an
@@ -18,9 +19,7 @@ import (
 // ids, groups and no capabilities, as in a sandbox). The difference is
 // the cost of the credential switch.
 func BenchmarkFileOpsCreds(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root to act as another user")
-	}
+	testutil.RequireRoot(b, "needs root to act as another user")
 	for _, mode := range []string{"agent", "user"} {
 		h := newFSHarness(b, func(o *Options) {
 			o.SwitchUser = mode == "user"

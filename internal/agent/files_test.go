@@ -23,6 +23,7 @@ import (
 	agentv1 "github.com/airlock-sandbox/airlock/gen/airlock/agent/v1"
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 func TestFilesRoundTrip(t *testing.T) {
@@ -536,9 +537,7 @@ func TestFilesMoveRemoveChmod(t *testing.T) {
 }
 
 func TestFilesDiskFull(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs")
-	}
+	testutil.RequireRoot(t, "needs root to mount a small tmpfs")
 	h := newFSHarness(t)
 	ctx := fsTestCtx(t)
 	mnt := h.host("/small")

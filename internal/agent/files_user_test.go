@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // The file service acts with the permissions of the request's user.
@@ -33,9 +34,7 @@ const (
 // capabilities (a build sandbox's root, as far as files go).
 func newUserHarness(t *testing.T) *fsHarness {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to act as another user")
-	}
+	testutil.RequireRoot(t, "needs root to act as another user")
 	h := newFSHarness(t, func(o *Options) {
 		o.SwitchUser = true
 		o.Users["user"] = User{Name: "user", UID: fsUserUID, GID: fsUserGID, Groups: []uint32{fsUserGID, fsUserGroup}, Home: "/home/user"}

@@ -1,21 +1,20 @@
 package agent
 
 import (
-	"os"
 	"runtime"
 	"slices"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // TestDropToUser checks the forking thread's credentials: while dropped,
 // the effective capabilities are forkCaps and the filesystem ids and groups
 // the user's; after restore, exactly what they were.
 func TestDropToUser(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testutil.RequireRoot(t, "needs root")
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	read := func() (caps [2]unix.CapUserData, fsuid, fsgid int, groups []int) {
@@ -85,9 +84,7 @@ func readThreadCaps(t *testing.T) [2]unix.CapUserData {
 // capabilities, returning to 0 raises them again from the permitted set
 // (so the forking thread must narrow them once more).
 func TestFSUIDCapabilities(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testutil.RequireRoot(t, "needs root")
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	fsCaps := capsOf(unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_DAC_READ_SEARCH, unix.CAP_FOWNER, unix.CAP_FSETID)

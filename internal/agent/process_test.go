@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/gen/airlock/agent/v1/agentv1connect"
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // harness is an agent serving on a unix socket and a client for it.
@@ -577,9 +578,7 @@ func TestUsageReported(t *testing.T) {
 }
 
 func TestSwitchUser(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("switching users needs root")
-	}
+	testutil.RequireRoot(t, "switching users needs root")
 	t.Parallel()
 	h := newHarness(t, func(o *Options) {
 		o.Users["nobody"] = User{Name: "nobody", UID: 65534, GID: 65534, Home: "/"}

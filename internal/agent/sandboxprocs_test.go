@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/agentwire"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 func TestParseStat(t *testing.T) {
@@ -342,9 +343,7 @@ const killAllNSHelperEnv = "AIRLOCK_AGENT_KILLALL_NS_HELPER"
 // TestKillAllNamespace runs TestKillAllNamespaceHelper as PID 1 of a new
 // PID namespace, where the agent's view is the whole namespace.
 func TestKillAllNamespace(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for a PID namespace")
-	}
+	testutil.RequireRoot(t, "needs root for a PID namespace")
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

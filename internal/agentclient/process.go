@@ -109,17 +109,72 @@ type ProcessInfo struct {
 	StartedAt  time.Time
 }
 
-// Process is a started (or attached) process. Its output is copied to the
-// writers given when it was started until its exit; Wait returns the
-// result.
+// Process is a started (or attached) process: a handle bound to its pid
+// and to the client that started it, so that its holder feeds its stdin,
+// resizes its terminal, signals it and waits for it without looking
+// anything up again. Its output is copied to the writers given when it
+// was started until its exit; Wait returns the result. A process that
+// never started (PID 0) has only Wait: its other methods fail with
+// errdefs.ErrFailedPrecondition.
 type Process struct {
 	// PID is the process's pid in the sandbox; 0 if it never started
 	// (then Wait reports why).
 	PID int
 
+	c    *Client
 	done chan struct{}
 	res  *ExecResult
 	err  error
+}
+
+// started is the error of a call on a process that never started.
+func (p *Process) started() error {
+	if p.PID == 0 {
+		return fmt.Errorf("the process did not start: %w", errdefs.ErrFailedPrecondition)
+	}
+	return nil
+}
+
+// SendInput writes data (at most 1 MiB) to the process's stdin or
+// terminal (see Client.SendInput).
+func (p *Process) SendInput(ctx context.Context, data []byte) error {
+	if err := p.started(); err != nil {
+		return err
+	}
+	return p.c.SendInput(ctx, p.PID, data)
+}
+
+// StreamInput copies r to the process's stdin or terminal until r's EOF;
+// it does not close stdin (see Client.StreamInput).
+func (p *Process) StreamInput(ctx context.Context, r io.Reader) error {
+	if err := p.started(); err != nil {
+		return err
+	}
+	return p.c.StreamInput(ctx, p.PID, r)
+}
+
+// CloseStdin closes the process's stdin (on a terminal it sends ^D).
+func (p *Process) CloseStdin(ctx context.Context) error {
+	if err := p.started(); err != nil {
+		return err
+	}
+	return p.c.CloseStdin(ctx, p.PID)
+}
+
+// Resize changes the size of the process's terminal.
+func (p *Process) Resize(ctx context.Context, size PtySize) error {
+	if err := p.started(); err != nil {
+		return err
+	}
+	return p.c.Resize(ctx, p.PID, size)
+}
+
+// Signal sends a signal (1..64) to the process; SIGKILL kills its tree.
+func (p *Process) Signal(ctx context.Context, signal int) error {
+	if err := p.started(); err != nil {
+		return err
+	}
+	return p.c.Signal(ctx, p.PID, signal)
 }
 
 // Wait blocks until the process's exit event arrived (or the stream
@@ -145,11 +200,7 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest) (*ExecResult, error)
 	var wg sync.WaitGroup
 	var inErr error
 	if req.Stdin != nil && p.PID != 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			inErr = c.copyStdin(ctx, p.PID, req.Stdin)
-		}()
+		wg.Go(func() { inErr = p.copyStdin(ctx, req.Stdin) })
 	}
 	res, err := p.Wait()
 	wg.Wait()
@@ -160,12 +211,12 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest) (*ExecResult, error)
 	return res, err
 }
 
-// copyStdin sends r to pid's stdin and closes it. Failures because the
-// process exited (or closed its stdin) first are not errors.
-func (c *Client) copyStdin(ctx context.Context, pid int, r io.Reader) error {
-	err := c.StreamInput(ctx, pid, r)
+// copyStdin sends r to the process's stdin and closes it. Failures
+// because the process exited (or closed its stdin) first are not errors.
+func (p *Process) copyStdin(ctx context.Context, r io.Reader) error {
+	err := p.StreamInput(ctx, r)
 	if err == nil {
-		err = c.CloseStdin(ctx, pid)
+		err = p.CloseStdin(ctx)
 	}
 	if errors.Is(err, errdefs.ErrFailedPrecondition) || errors.Is(err, errdefs.ErrNotFound) {
 		return nil
@@ -189,7 +240,7 @@ func (c *Client) Start(ctx context.Context, req ExecRequest) (*Process, error) {
 	if err != nil {
 		return nil, agentwire.FromConnect(err)
 	}
-	return attach(stream, req.Stdout, req.Stderr)
+	return attach(c, stream, req.Stdout, req.Stderr)
 }
 
 // Connect attaches to a running (or recently exited) process: output from
@@ -204,7 +255,7 @@ func (c *Client) Connect(ctx context.Context, pid int, stdout, stderr io.Writer)
 	if err != nil {
 		return nil, agentwire.FromConnect(err)
 	}
-	return attach(stream, stdout, stderr)
+	return attach(c, stream, stdout, stderr)
 }
 
 // eventStream is what Start and Connect streams have in common.
@@ -217,18 +268,19 @@ type eventStream interface {
 type eventMsg interface{ GetEvent() *agentv1.ProcessEvent }
 
 // attach waits for the first event (Started, or the Exit of a process
-// that could not start) and copies the rest in the background.
+// that could not start) and copies the rest in the background. The
+// process is bound to c, the client whose stream it is.
 func attach[M eventMsg, S interface {
 	eventStream
 	Msg() M
-}](stream S, stdout, stderr io.Writer) (*Process, error) {
+}](c *Client, stream S, stdout, stderr io.Writer) (*Process, error) {
 	if stdout == nil {
 		stdout = io.Discard
 	}
 	if stderr == nil {
 		stderr = io.Discard
 	}
-	p := &Process{done: make(chan struct{})}
+	p := &Process{c: c, done: make(chan struct{})}
 	if !stream.Receive() {
 		err := endOfStream(stream.Err())
 		_ = stream.Close()

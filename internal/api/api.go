@@ -2,7 +2,7 @@
 // files and an interactive PTY over WebSocket, the audit log, API keys,
 // tenants (the operator's), templates (a tenant's own and the shared
 // ones: list and inspect with templates:read, build and remove with
-// templates:write; see Templates), plus health endpoints. It is
+// templates:write; see Config.Templates), plus health endpoints. It is
 // the one place where internal errors become HTTP statuses and public error
 // codes (see publicError).
 //
@@ -27,7 +27,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -37,6 +36,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/auth"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/template/registry"
 )
 
 // Authenticator resolves an API key (the bearer token) to the principal it
@@ -192,8 +192,9 @@ type Config struct {
 	// Limiter, if set, limits requests per API key (429 rate_limited).
 	Limiter RateLimiter
 	// Quota, if set, caps sandboxes per tenant (429 resource_exhausted)
-	// before a sandbox is created. With Records set, the store's atomic
-	// check of the tenant's quota applies too (see Records).
+	// before a sandbox is created. When the Manager keeps records
+	// (sandbox.Config.Records), the store's atomic check of the tenant's
+	// quota applies too.
 	Quota Quota
 	// AuditLog, if set, serves GET /v1/audit, POST /v1/audit/verify and
 	// GET /v1/audit/checkpoint; without it they answer 501 not_supported. Usually the same
@@ -207,19 +208,15 @@ type Config struct {
 	// not_supported.
 	Keys KeyManager
 	// Tenants, if set, serves /v1/tenants (it needs Keys too, for the
-	// first admin key of a new tenant) and keeps a deleted tenant's
-	// template builds from registering; without it those routes answer
-	// 501 not_supported.
+	// first admin key of a new tenant); without it those routes answer
+	// 501 not_supported. Deleting a tenant removes its templates.
 	Tenants TenantManager
-	// Records, if set, keeps the durable record of every sandbox the API
-	// creates and destroys (see Records and Handler.SyncRecords).
-	Records Records
 	// Code, if set, serves the code interpreter (/code, /contexts);
 	// without it those routes answer 501 not_supported.
 	Code CodeRunner
 	// Templates, if set, serves /v1/templates (list, inspect, build,
-	// remove); without it those routes answer 501 not_supported.
-	Templates *Templates
+	// import, remove); without it those routes answer 501 not_supported.
+	Templates *registry.Service
 	// Info, if set, serves GET /v1/info (version, runtime, host report);
 	// without it that route answers 501 not_supported.
 	Info *Info
@@ -239,14 +236,13 @@ type Handler struct {
 	auditor Auditor
 	limiter RateLimiter
 	quota   Quota
-	// auditLog, keys and records are optional (nil: not served / not kept).
+	// auditLog and keys are optional (nil: not served).
 	auditLog    AuditLog
 	auditSigner *audit.Signer
 	keys        KeyManager
 	tenants     TenantManager
-	records     Records
 	code        CodeRunner
-	tpl         *templateService
+	tpl         *registry.Service
 	hostInfo    *Info
 	ready       func(ctx context.Context) error
 	log         *slog.Logger
@@ -273,19 +269,6 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Tenants != nil && cfg.Keys == nil {
 		return nil, fmt.Errorf("api: tenants need keys: %w", errdefs.ErrInvalidArgument)
 	}
-	tpl, err := newTemplateService(cfg.Templates)
-	if err != nil {
-		return nil, err
-	}
-	if tpl != nil && cfg.Tenants != nil {
-		tpl.ownerGone = func(ctx context.Context, owner string) (bool, error) {
-			t, err := cfg.Tenants.GetTenant(ctx, owner)
-			if errors.Is(err, errdefs.ErrNotFound) {
-				return true, nil
-			}
-			return err == nil && !t.DeletedAt.IsZero(), err
-		}
-	}
 	h := &Handler{
 		mgr:         cfg.Sandboxes,
 		redact:      hostPathRedactor(cfg.HostPaths),
@@ -297,9 +280,8 @@ func New(cfg Config) (*Handler, error) {
 		auditSigner: cfg.AuditSigner,
 		keys:        cfg.Keys,
 		tenants:     cfg.Tenants,
-		records:     cfg.Records,
 		code:        cfg.Code,
-		tpl:         tpl,
+		tpl:         cfg.Templates,
 		hostInfo:    cfg.Info,
 		ready:       cfg.Ready,
 		log:         cfg.Log,

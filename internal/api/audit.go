@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/store"
@@ -39,50 +40,24 @@ const (
 // hexHash is a lowercase hex SHA-256 digest, as the audit chain uses.
 var hexHash = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-// auditListResponse is the body of GET /v1/audit. NextAfter is the after
-// value of the next page, 0 when this page is the last.
-type auditListResponse struct {
-	Records   []audit.Record `json:"records"`
-	NextAfter uint64         `json:"next_after"`
+// toAuditRecordJSON is the wire form of r.
+func toAuditRecordJSON(r audit.Record) wire.AuditRecord {
+	return wire.AuditRecord{Seq: r.Seq, Time: r.Time, TenantID: r.TenantID, KeyID: r.KeyID, Action: r.Action,
+		Target: r.Target, Outcome: r.Outcome, Phase: string(r.Phase), IntentSeq: r.IntentSeq, Details: r.Details,
+		PrevHash: r.PrevHash, Hash: r.Hash}
 }
 
-// auditHeadJSON is the wire form of a chain anchor.
-type auditHeadJSON struct {
-	Seq  uint64 `json:"seq"`
-	Hash string `json:"hash"`
+// toCheckpointJSON is the wire form of cp.
+func toCheckpointJSON(cp audit.Checkpoint) wire.AuditCheckpoint {
+	return wire.AuditCheckpoint{Seq: cp.Seq, Hash: cp.Hash, Time: cp.Time, KeyID: cp.KeyID, Signature: cp.Signature}
 }
 
-// verifyRequest is the optional body of POST /v1/audit/verify:
-// checkpoints saved earlier (off the host) that the chain must still
-// match. Each is either a bare seq and hash the caller kept, or a
-// checkpoint this daemon signed (GET /v1/audit/checkpoint or the export
-// file), with time, key_id and signature.
-type verifyRequest struct {
-	Checkpoints []audit.Checkpoint `json:"checkpoints"`
-}
-
-// checkpointResponse is the body of GET /v1/audit/checkpoint.
-type checkpointResponse struct {
-	Checkpoint audit.Checkpoint `json:"checkpoint"`
-	// PublicKey verifies it: PEM, "PUBLIC KEY" (PKIX, ed25519).
-	PublicKey string `json:"public_key"`
-}
-
-// verifyResponse is the body of POST /v1/audit/verify.
-type verifyResponse struct {
-	OK bool `json:"ok"`
-	// Records counts the records whose hashes were checked.
-	Records uint64 `json:"records"`
-	// FirstBadSeq is the first bad record, 0 when OK.
-	FirstBadSeq uint64 `json:"first_bad_seq"`
-	// Reason says what is wrong with FirstBadSeq.
-	Reason string        `json:"reason,omitempty"`
-	Head   auditHeadJSON `json:"head"`
-	// OpenIntents counts the intents (of every tenant) without an
-	// outcome; OpenIntentSeqs lists those of the caller's tenant among
-	// the oldest ones.
-	OpenIntents    uint64   `json:"open_intents"`
-	OpenIntentSeqs []uint64 `json:"open_intent_seqs,omitempty"`
+// fromCheckpointJSON is the checkpoint cp of a verify request: a bare seq
+// and hash the caller kept, or a checkpoint this daemon signed (GET
+// /v1/audit/checkpoint or the export file), with time, key_id and
+// signature.
+func fromCheckpointJSON(cp wire.AuditCheckpoint) audit.Checkpoint {
+	return audit.Checkpoint{Seq: cp.Seq, Hash: cp.Hash, Time: cp.Time, KeyID: cp.KeyID, Signature: cp.Signature}
 }
 
 // auditNotServed is the answer of the audit routes without Config.AuditLog.
@@ -162,9 +137,9 @@ func (h *Handler) listAudit(c *call) error {
 	if err != nil {
 		return err
 	}
-	out := auditListResponse{Records: page.Records, NextAfter: page.NextAfter}
-	if out.Records == nil {
-		out.Records = []audit.Record{}
+	out := wire.AuditList{Records: make([]wire.AuditRecord, 0, len(page.Records)), NextAfter: page.NextAfter}
+	for _, r := range page.Records {
+		out.Records = append(out.Records, toAuditRecordJSON(r))
 	}
 	return c.json(http.StatusOK, out)
 }
@@ -176,14 +151,17 @@ func (h *Handler) verifyAudit(c *call) error {
 	if h.auditLog == nil {
 		return auditNotServed()
 	}
-	var req verifyRequest
+	var req wire.VerifyRequest
 	if err := c.decodeJSON(&req, true); err != nil {
 		return err
 	}
 	if len(req.Checkpoints) > maxCheckpoints {
 		return invalidf("at most %d checkpoints", maxCheckpoints)
 	}
-	cps := req.Checkpoints
+	var cps []audit.Checkpoint
+	for _, cp := range req.Checkpoints {
+		cps = append(cps, fromCheckpointJSON(cp))
+	}
 	signed := 0
 	for i, cp := range cps {
 		if !cp.Signed() {
@@ -206,12 +184,12 @@ func (h *Handler) verifyAudit(c *call) error {
 	if err != nil {
 		return err
 	}
-	out := verifyResponse{
+	out := wire.VerifyReport{
 		OK:          rep.OK,
 		Records:     rep.Checked,
 		FirstBadSeq: rep.BadSeq,
 		Reason:      clean(rep.Problem),
-		Head:        auditHeadJSON{Seq: rep.Head.Seq, Hash: rep.Head.Hash},
+		Head:        wire.AuditHead{Seq: rep.Head.Seq, Hash: rep.Head.Hash},
 		OpenIntents: rep.OpenIntents,
 	}
 	for _, o := range rep.Open {
@@ -245,5 +223,5 @@ func (h *Handler) auditCheckpoint(c *call) error {
 	if err != nil {
 		return err
 	}
-	return c.json(http.StatusOK, checkpointResponse{Checkpoint: cp, PublicKey: string(h.auditSigner.Public().PEM())})
+	return c.json(http.StatusOK, wire.AuditCheckpointResponse{Checkpoint: toCheckpointJSON(cp), PublicKey: string(h.auditSigner.Public().PEM())})
 }

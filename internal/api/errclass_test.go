@@ -116,8 +116,8 @@ func TestSandboxEndedWhy(t *testing.T) {
 		{deleted, "sandbox " + deleted + " was deleted while the request ran"},
 		{crashed, "sandbox " + crashed + " ended while the request ran (its agent stopped: the sandbox's PID 1 died, and every process of the sandbox with it)"},
 	} {
-		err, running := e.h.sandboxState(tc.id)
-		if running {
+		err := e.h.mgr.Ended(ctx, tc.id)
+		if err == nil {
 			t.Errorf("%s: running", tc.msg)
 			continue
 		}
@@ -126,8 +126,8 @@ func TestSandboxEndedWhy(t *testing.T) {
 			t.Errorf("%d %s %q\nwant 409 %s %q", status, code, msg, CodeFailedPrecondition, tc.msg)
 		}
 	}
-	if err, ok := e.h.sandboxState(running); !ok || err != nil {
-		t.Errorf("a running sandbox: %v, %v", err, ok)
+	if err := e.h.mgr.Ended(ctx, running); err != nil {
+		t.Errorf("a running sandbox: %v", err)
 	}
 }
 

@@ -9,10 +9,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"time"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
-	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
 // The public error codes. A response with a status of 400 or more carries
@@ -55,15 +54,12 @@ type apiError struct {
 
 func (e *apiError) Error() string { return e.msg }
 
-// errorBody is the JSON shape of every error response.
-type errorBody struct {
-	Error errorDetail `json:"error"`
-}
-
-type errorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
+// errorBody is the JSON shape of every error response, and errorDetail
+// the error object of a stream's error line (their home is package api).
+type (
+	errorBody   = wire.Error
+	errorDetail = wire.ErrorDetail
+)
 
 // invalidf is a 400 invalid_argument error.
 func invalidf(format string, args ...any) error {
@@ -155,10 +151,6 @@ func shutdownError() error {
 		msg: "the server is shutting down; the request was ended before it finished (retry once the server is back)"}
 }
 
-// agentProbeTimeout bounds the ping that tells a dead agent from a slow
-// one (see explain).
-const agentProbeTimeout = time.Second
-
 // explain gives err, the failure of the call, the class of what really
 // happened where the error that reached the handler hides it, before
 // publicError maps it. Handlers return errors as they get them; fail,
@@ -169,7 +161,8 @@ const agentProbeTimeout = time.Second
 //     cancelled with errShuttingDown): unavailable, saying so;
 //   - the sandbox whose agent served the request (see agentSandbox) was
 //     deleted meanwhile, or has ended (failed, or its agent no longer
-//     accepts connections): failed precondition, saying which;
+//     accepts connections): failed precondition, saying which, as the
+//     sandbox manager tells it (sandbox.Manager.Ended);
 //   - anything else keeps its class.
 //
 // Only errors of the classes a cut agent stream produces (internal,
@@ -194,61 +187,10 @@ func (c *call) explain(err error) error {
 		(errdefs.Class(err) == errdefs.ErrCanceled && c.r.Context().Err() != nil) {
 		return err
 	}
-	if ended := c.h.sandboxEnded(c.r.Context(), c.sandboxID); ended != nil {
+	if ended := c.h.mgr.Ended(c.r.Context(), c.sandboxID); ended != nil {
 		return ended
 	}
 	return err
-}
-
-// sandboxEnded returns the error that says why sandbox id can no longer
-// serve a request, or nil if it still can as far as the daemon can tell.
-// A sandbox the manager still lists as running is pinged: an agent that
-// refuses the connection is gone (a slow one only times out, and is not
-// called ended).
-func (h *Handler) sandboxEnded(ctx context.Context, id string) error {
-	if err, running := h.sandboxState(id); !running {
-		return err
-	}
-	ac, err := h.mgr.Client(id)
-	if err != nil {
-		err, _ := h.sandboxState(id)
-		return err
-	}
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), agentProbeTimeout)
-	defer cancel()
-	_, err = ac.Info(pctx)
-	if err == nil || pctx.Err() != nil || errdefs.Class(err) == errdefs.ErrTimeout {
-		return nil
-	}
-	if err, running := h.sandboxState(id); !running {
-		return err
-	}
-	return fmt.Errorf("sandbox %s has ended: its agent stopped while the request ran: %w", id, errdefs.ErrFailedPrecondition)
-}
-
-// sandboxState reports whether the manager lists sandbox id as running,
-// and if not, the error that says what became of it: why it ended (its
-// EndReason: deleted, expired, idle, its agent died...), as far as the
-// manager still knows.
-func (h *Handler) sandboxState(id string) (ended error, running bool) {
-	sb, err := h.mgr.Get(id)
-	if err != nil {
-		// Its record is gone already (EndedRetention).
-		return fmt.Errorf("sandbox %s ended while the request ran and is gone: %w", id, errdefs.ErrFailedPrecondition), false
-	}
-	switch {
-	case sb.State == sandbox.StateRunning:
-		return nil, true
-	case sb.EndReason == sandbox.EndDeleted:
-		return fmt.Errorf("sandbox %s was deleted while the request ran: %w", id, errdefs.ErrFailedPrecondition), false
-	case sb.State == sandbox.StateFailed && sb.Error != "":
-		return fmt.Errorf("sandbox %s ended while the request ran (%s): %w", id, sb.Error, errdefs.ErrFailedPrecondition), false
-	case sb.EndReason != "":
-		return fmt.Errorf("sandbox %s ended while the request ran (%s): %w", id, sandbox.EndWords(sb.EndReason), errdefs.ErrFailedPrecondition), false
-	case sb.State == sandbox.StateFailed:
-		return fmt.Errorf("sandbox %s ended while the request ran (it failed): %w", id, errdefs.ErrFailedPrecondition), false
-	}
-	return fmt.Errorf("sandbox %s is %s: %w", id, sb.State, errdefs.ErrFailedPrecondition), false
 }
 
 // outcomeOf is the audit outcome of err: "ok" or its public code.

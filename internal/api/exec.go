@@ -483,18 +483,13 @@ func (h *Handler) execStream(ctx context.Context, c *call, id string, areq agent
 	var inErr error
 	var wg sync.WaitGroup
 	if stdin != nil && p.PID != 0 {
-		client, err := h.mgr.Client(id)
-		if err != nil {
-			inErr = err
-		} else {
-			wg.Go(func() {
-				if err := client.StreamInput(ctx, p.PID, stdin); err == nil {
-					inErr = client.CloseStdin(ctx, p.PID)
-				} else {
-					inErr = err
-				}
-			})
-		}
+		wg.Go(func() {
+			if err := p.StreamInput(ctx, stdin); err == nil {
+				inErr = p.CloseStdin(ctx)
+			} else {
+				inErr = err
+			}
+		})
 	}
 	res, err := p.Wait()
 	wg.Wait()

@@ -13,42 +13,18 @@ import (
 	"time"
 	"unicode/utf8"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
 )
 
 // maxListDepth caps the depth of a directory listing.
 const maxListDepth = 32
 
-// entryJSON is the wire form of a file or directory in a sandbox. Mode
+// toEntryJSON is the wire form of a file or directory in a sandbox. Mode
 // holds the Unix permission bits including setuid (04000), setgid (02000)
 // and sticky (01000). Names that are not valid UTF-8 are shown with
 // U+FFFD in place of the bad bytes.
-type entryJSON struct {
-	Name          string    `json:"name"`
-	Path          string    `json:"path"`
-	Type          string    `json:"type"`
-	Size          int64     `json:"size"`
-	Mode          uint32    `json:"mode"`
-	UID           uint32    `json:"uid"`
-	GID           uint32    `json:"gid"`
-	ModTime       time.Time `json:"mod_time"`
-	SymlinkTarget string    `json:"symlink_target,omitempty"`
-}
-
-// writeResponse is the body of a successful PUT .../files: the new
-// file's entry and the SHA-256 of the bytes received.
-type writeResponse struct {
-	entryJSON
-	SHA256 string `json:"sha256"`
-}
-
-// listDirResponse is the body of GET .../files/list.
-type listDirResponse struct {
-	Entries   []entryJSON `json:"entries"`
-	Truncated bool        `json:"truncated"`
-}
-
-func toEntryJSON(e *agentclient.EntryInfo) entryJSON {
+func toEntryJSON(e *agentclient.EntryInfo) wire.FileEntry {
 	mode := uint32(e.Mode.Perm())
 	if e.Mode&os.ModeSetuid != 0 {
 		mode |= 0o4000
@@ -59,7 +35,7 @@ func toEntryJSON(e *agentclient.EntryInfo) entryJSON {
 	if e.Mode&os.ModeSticky != 0 {
 		mode |= 0o1000
 	}
-	return entryJSON{
+	return wire.FileEntry{
 		Name:          e.Name,
 		Path:          e.Path,
 		Type:          string(e.Type),
@@ -220,7 +196,7 @@ func (h *Handler) writeFile(c *call) error {
 	if err := c.commit(); err != nil {
 		return err
 	}
-	return c.json(http.StatusOK, writeResponse{entryJSON: toEntryJSON(info), SHA256: sum})
+	return c.json(http.StatusOK, wire.FileWriteResult{FileEntry: toEntryJSON(info), SHA256: sum})
 }
 
 // readFile serves GET (and HEAD) /v1/sandboxes/{id}/files?path=P: the file
@@ -369,7 +345,7 @@ func (h *Handler) listDir(c *call) error {
 	if err != nil {
 		return err
 	}
-	out := listDirResponse{Entries: make([]entryJSON, 0, len(entries)), Truncated: truncated}
+	out := wire.DirListing{Entries: make([]wire.FileEntry, 0, len(entries)), Truncated: truncated}
 	for i := range entries {
 		out.Entries = append(out.Entries, toEntryJSON(&entries[i]))
 	}

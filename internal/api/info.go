@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/hostcheck"
 )
 
@@ -20,12 +21,17 @@ type Info struct {
 	Host func(ctx context.Context) hostcheck.Report
 }
 
-// infoResponse is the body of GET /v1/info.
-type infoResponse struct {
-	Version   string           `json:"version"`
-	Runtime   string           `json:"runtime"`
-	StartedAt time.Time        `json:"started_at"`
-	Host      hostcheck.Report `json:"host"`
+// toHostReportJSON is the wire form of r.
+func toHostReportJSON(r hostcheck.Report) wire.HostReport {
+	out := wire.HostReport{OK: r.OK, ProbedAt: r.ProbedAt, CheckedAt: r.CheckedAt}
+	if r.Checks != nil {
+		out.Checks = make([]wire.HostCheck, 0, len(r.Checks))
+	}
+	for _, c := range r.Checks {
+		out.Checks = append(out.Checks, wire.HostCheck{Name: c.Name, Status: string(c.Status), Mandatory: c.Mandatory,
+			Found: c.Found, Meaning: c.Meaning, Fix: c.Fix})
+	}
+	return out
 }
 
 // getInfo serves GET /v1/info: the daemon's version and runtime, and what the
@@ -34,10 +40,10 @@ func (h *Handler) getInfo(c *call) error {
 	if h.hostInfo == nil || h.hostInfo.Host == nil {
 		return &apiError{status: http.StatusNotImplemented, code: CodeNotSupported, msg: "this server does not report on its host"}
 	}
-	return c.json(http.StatusOK, infoResponse{
+	return c.json(http.StatusOK, wire.Info{
 		Version:   h.hostInfo.Version,
 		Runtime:   h.hostInfo.Runtime,
 		StartedAt: h.hostInfo.StartedAt,
-		Host:      h.hostInfo.Host(c.r.Context()),
+		Host:      toHostReportJSON(h.hostInfo.Host(c.r.Context())),
 	})
 }

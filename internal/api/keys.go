@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/auth"
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
@@ -37,32 +38,9 @@ const (
 // a 400 before any lookup.
 var keyIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// createKeyRequest is the body of POST /v1/keys.
-type createKeyRequest struct {
-	Name   string   `json:"name"`
-	Scopes []string `json:"scopes"`
-	// ExpiresInS makes the key expire this many seconds after creation;
-	// 0 means never.
-	ExpiresInS int64 `json:"expires_in_s"`
-}
-
-// keyJSON is the wire form of a key. Key (the secret) is set only in the
-// response to its creation; hashes are never sent.
-type keyJSON struct {
-	ID         string     `json:"id"`
-	Key        string     `json:"key,omitempty"`
-	Name       string     `json:"name"`
-	Scopes     []string   `json:"scopes"`
-	CreatedAt  time.Time  `json:"created_at"`
-	ExpiresAt  *time.Time `json:"expires_at"`
-	LastUsedAt *time.Time `json:"last_used_at"`
-	RevokedAt  *time.Time `json:"revoked_at"`
-}
-
-// keyListResponse is the body of GET /v1/keys.
-type keyListResponse struct {
-	Keys []keyJSON `json:"keys"`
-}
+// createKeyRequest is the body of POST /v1/keys (api.CreateKeyRequest),
+// with its validation.
+type createKeyRequest wire.CreateKeyRequest
 
 func optTime(t time.Time) *time.Time {
 	if t.IsZero() {
@@ -72,12 +50,13 @@ func optTime(t time.Time) *time.Time {
 	return &t
 }
 
-func toKeyJSON(k auth.Key) keyJSON {
+// toKeyJSON is the wire form of k: never its hash.
+func toKeyJSON(k auth.Key) wire.Key {
 	scopes := make([]string, len(k.Scopes))
 	for i, s := range k.Scopes {
 		scopes[i] = string(s)
 	}
-	return keyJSON{
+	return wire.Key{
 		ID:         k.ID,
 		Name:       k.Name,
 		Scopes:     scopes,
@@ -86,6 +65,14 @@ func toKeyJSON(k auth.Key) keyJSON {
 		LastUsedAt: optTime(k.LastUsedAt),
 		RevokedAt:  optTime(k.RevokedAt),
 	}
+}
+
+// toCreatedKeyJSON is the wire form of the new key k with its secret
+// token, which only the answer to its creation carries.
+func toCreatedKeyJSON(k auth.Key, token string) wire.CreatedKey {
+	j := toKeyJSON(k)
+	return wire.CreatedKey{ID: j.ID, Key: token, Name: j.Name, Scopes: j.Scopes, CreatedAt: j.CreatedAt,
+		ExpiresAt: j.ExpiresAt, LastUsedAt: j.LastUsedAt, RevokedAt: j.RevokedAt}
 }
 
 // keysNotServed is the answer of the key routes without Config.Keys.
@@ -177,9 +164,7 @@ func (h *Handler) createKey(c *call) error {
 		return &apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable,
 			msg: "the audit log is unavailable; the key was revoked"}
 	}
-	out := toKeyJSON(key)
-	out.Key = token
-	return c.json(http.StatusCreated, out)
+	return c.json(http.StatusCreated, toCreatedKeyJSON(key, token))
 }
 
 // listKeys serves GET /v1/keys: the caller's tenant's keys, revoked and
@@ -195,7 +180,7 @@ func (h *Handler) listKeys(c *call) error {
 	if err != nil {
 		return err
 	}
-	out := keyListResponse{Keys: make([]keyJSON, 0, len(keys))}
+	out := wire.KeyList{Keys: make([]wire.Key, 0, len(keys))}
 	for _, k := range keys {
 		out.Keys = append(out.Keys, toKeyJSON(k))
 	}

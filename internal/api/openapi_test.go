@@ -33,7 +33,9 @@ type openAPIOp struct {
 
 // TestOpenAPIMatchesRoutes keeps api/openapi.yaml and the route table in
 // step: the same (method, path) pairs, with the same scopes and audit
-// actions, and the error codes the server can send.
+// actions, and the error codes the server can send. Package api's
+// TestOpenAPISchemasMatchTypes keeps its schemas equal to the wire types
+// the handlers encode and decode.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
 	raw, err := os.ReadFile(openAPIPath)
 	if err != nil {

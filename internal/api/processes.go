@@ -85,11 +85,7 @@ func (h *Handler) listProcesses(c *call) error {
 	if err != nil {
 		return err
 	}
-	ac, err := h.mgr.Client(sb.ID)
-	if err != nil {
-		return err
-	}
-	l, err := ac.ListAll(c.r.Context())
+	l, err := h.mgr.ListAllProcesses(c.r.Context(), sb.ID)
 	if err != nil {
 		return err
 	}
@@ -187,14 +183,14 @@ func (h *Handler) signalProcess(c *call) error {
 		return err
 	}
 	c.ev.Details = map[string]any{"pid": pid, "signal": sig}
-	ac, err := h.mgr.Client(sb.ID)
-	if err != nil {
+	// A sandbox that is not running refuses before the intent.
+	if err := sb.CheckRunning(); err != nil {
 		return err
 	}
 	if err := c.begin(); err != nil {
 		return err
 	}
-	if err := ac.SignalAny(c.r.Context(), pid, sig); err != nil {
+	if err := h.mgr.SignalAnyProcess(c.r.Context(), sb.ID, pid, sig); err != nil {
 		return err
 	}
 	if err := c.commit(); err != nil {
@@ -228,14 +224,13 @@ func (h *Handler) killAllProcesses(c *call) error {
 	if req.TimeoutS > 0 {
 		c.ev.Details["timeout_s"] = req.TimeoutS
 	}
-	ac, err := h.mgr.Client(sb.ID)
-	if err != nil {
+	if err := sb.CheckRunning(); err != nil {
 		return err
 	}
 	if err := c.begin(); err != nil {
 		return err
 	}
-	n, err := ac.KillAll(c.r.Context(), time.Duration(req.TimeoutS)*time.Second)
+	n, err := h.mgr.KillAllProcesses(c.r.Context(), sb.ID, time.Duration(req.TimeoutS)*time.Second)
 	if err != nil {
 		return err
 	}
@@ -266,10 +261,6 @@ func (h *Handler) processOutput(c *call) error {
 		return err
 	}
 	defer release()
-	ac, err := h.mgr.Client(sb.ID)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(c.r.Context(), h.lim.MaxExecTimeout)
 	defer cancel()
 	nw := &ndjsonWriter{c: c, rc: http.NewResponseController(c.w), idle: h.lim.WriteIdleTimeout, onFail: cancel}
@@ -277,7 +268,7 @@ func (h *Handler) processOutput(c *call) error {
 	emit := func(ev outputEvent) error { return nw.writeLine(ev) }
 	stdoutW := &streamWriter{emit: emit, typ: "stdout"}
 	stderrW := &streamWriter{emit: emit, typ: "stderr"}
-	p, err := ac.Connect(ctx, pid, stdoutW, stderrW)
+	p, err := h.mgr.ConnectProcess(ctx, sb.ID, pid, stdoutW, stderrW)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -215,6 +216,47 @@ func TestProcessesAuditDown(t *testing.T) {
 	e.audit.setFail(nil)
 	if _, err := a.KillAllProcesses(ctx, sb.ID, 0); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestProcessesOfEndedSandbox: a signal or a kill-all on a sandbox that
+// has ended is refused before its intent is recorded (one outcome record,
+// failed_precondition), saying that the sandbox ended and why; the list
+// and the output routes answer the same.
+func TestProcessesOfEndedSandbox(t *testing.T) {
+	ctx := context.Background()
+	e := newTestEnv(t)
+	a := e.client(keyA)
+	sb := e.sandbox(ctx)
+	if err := a.DeleteSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.audit.take()
+	want := "sandbox " + sb.ID + " has ended (deleted)"
+	for _, tc := range []struct{ method, path, body, action string }{
+		{"POST", "/processes/1/signal", `{"signal":"TERM"}`, ActionProcessSignal},
+		{"POST", "/processes/kill", `{}`, ActionProcessKillAll},
+		{"GET", "/processes", "", ""},
+		{"GET", "/processes/1/output", "", ""},
+	} {
+		var body []byte
+		if tc.body != "" {
+			body = []byte(tc.body)
+		}
+		resp, got := e.do(tc.method, "/v1/sandboxes/"+sb.ID+tc.path, keyA, "application/json", body)
+		if resp.StatusCode != http.StatusConflict || errCode(t, got) != CodeFailedPrecondition || !strings.Contains(string(got), want) {
+			t.Errorf("%s %s: %d %s, want 409 %s saying %q", tc.method, tc.path, resp.StatusCode, got, CodeFailedPrecondition, want)
+		}
+		evs := e.audit.take()
+		if tc.action == "" {
+			if len(evs) != 0 {
+				t.Errorf("%s %s is audited: %+v", tc.method, tc.path, evs)
+			}
+			continue
+		}
+		if len(evs) != 1 || evs[0].Action != tc.action || evs[0].Outcome != CodeFailedPrecondition || evs[0].IntentSeq != 0 {
+			t.Errorf("audit of %s %s: %+v, want one outcome record %s without an intent", tc.method, tc.path, evs, CodeFailedPrecondition)
+		}
 	}
 }
 

@@ -223,13 +223,6 @@ func (h *Handler) pty(c *call) error {
 		h.ptyFail(ctx, c, conn, err)
 		return nil
 	}
-	client, err := h.mgr.Client(sb.ID)
-	if err != nil {
-		cancel() // kills the process
-		_, _ = p.Wait()
-		h.ptyFail(ctx, c, conn, err)
-		return nil
-	}
 
 	pr, pw := io.Pipe()
 	inDone := make(chan struct{})
@@ -237,7 +230,7 @@ func (h *Handler) pty(c *call) error {
 		defer close(inDone)
 		var err error
 		if p.PID != 0 {
-			err = client.StreamInput(ctx, p.PID, pr)
+			err = p.StreamInput(ctx, pr)
 		}
 		_ = pr.CloseWithError(errors.Join(err, io.ErrClosedPipe))
 	}()
@@ -246,7 +239,7 @@ func (h *Handler) pty(c *call) error {
 	go func() {
 		defer close(readDone)
 		defer cancel() // the client left: end the process
-		h.ptyReadLoop(ctx, wsCtx, conn, client, p.PID, pw, input)
+		h.ptyReadLoop(ctx, wsCtx, conn, p, pw, input)
 	}()
 
 	res, werr := p.Wait()
@@ -301,8 +294,8 @@ func (h *Handler) ptyFail(ctx context.Context, c *call, conn *websocket.Conn, er
 
 // ptyReadLoop forwards the client's frames until the connection ends:
 // input into the process's terminal through in, resize messages to the
-// agent (bounded by ctx). Frames are read under wsCtx.
-func (h *Handler) ptyReadLoop(ctx, wsCtx context.Context, conn *websocket.Conn, client *agentclient.Client, pid int, in *io.PipeWriter, digest *inputDigest) {
+// process p (bounded by ctx). Frames are read under wsCtx.
+func (h *Handler) ptyReadLoop(ctx, wsCtx context.Context, conn *websocket.Conn, p *agentclient.Process, in *io.PipeWriter, digest *inputDigest) {
 	for {
 		typ, data, err := conn.Read(wsCtx)
 		if err != nil {
@@ -323,8 +316,8 @@ func (h *Handler) ptyReadLoop(ctx, wsCtx context.Context, conn *websocket.Conn, 
 				_ = conn.Close(websocket.StatusPolicyViolation, "invalid control message")
 				return
 			}
-			if pid != 0 {
-				if err := client.Resize(ctx, pid, agentclient.PtySize{Cols: uint16(ctl.Cols), Rows: uint16(ctl.Rows)}); err != nil {
+			if p.PID != 0 {
+				if err := p.Resize(ctx, agentclient.PtySize{Cols: uint16(ctl.Cols), Rows: uint16(ctl.Rows)}); err != nil {
 					h.log.Debug("pty resize failed", "err", err)
 				}
 			}

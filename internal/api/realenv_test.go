@@ -25,7 +25,6 @@ var (
 	_ RateLimiter   = (*auth.Limiter)(nil)
 	_ Auditor       = (*audit.Log)(nil)
 	_ AuditLog      = (*audit.Log)(nil)
-	_ Records       = (*sqlitestore.Store)(nil)
 )
 
 // realEnv is the API over the real store, auth service and audit log (in
@@ -58,10 +57,16 @@ func newRealEnv(t testing.TB, tune ...func(*Config)) *realEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.st, err = sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "airlock.db"), sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.st.Close() })
 	e.mgr, err = sandbox.New(e.rt, reg, sandbox.Config{
 		StateDir:       filepath.Join(t.TempDir(), "state"),
 		HealthInterval: -1,
 		ReapInterval:   50 * time.Millisecond,
+		Records:        e.st,
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -71,11 +76,6 @@ func newRealEnv(t testing.TB, tune ...func(*Config)) *realEnv {
 	}
 	t.Cleanup(func() { _ = e.mgr.Close(context.Background()) })
 
-	e.st, err = sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "airlock.db"), sqlitestore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.st.Close() })
 	e.auth, err = auth.NewService(e.st, auth.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +99,6 @@ func newRealEnv(t testing.TB, tune ...func(*Config)) *realEnv {
 		Audit:     e.log,
 		AuditLog:  e.log,
 		Keys:      e.auth,
-		Records:   e.st,
 		Quota:     e.auth,
 	}
 	for _, f := range tune {

@@ -142,46 +142,6 @@ func TestRecordsExpiredSandboxFreesQuota(t *testing.T) {
 	}
 }
 
-func TestSyncRecords(t *testing.T) {
-	ctx := context.Background()
-	e := newRealEnv(t)
-	a := e.client(e.adminA)
-	live, err := a.CreateSandbox(ctx, client.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone, err := a.CreateSandbox(ctx, client.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// One sandbox destroyed behind the API's back, one the Manager never
-	// knew (a record left by an earlier daemon).
-	if err := e.mgr.Destroy(ctx, gone.ID); err != nil {
-		t.Fatal(err)
-	}
-	const unknown = "sb-aaaaaaaaaaaaaaaa"
-	if err := e.st.PutSandbox(ctx, store.Sandbox{ID: unknown, TenantID: tenantB, State: "running", CreatedAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.h.SyncRecords(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if rec := e.record(live.ID); rec.State != "running" {
-		t.Errorf("live sandbox's record: %+v", rec)
-	}
-	if rec := e.record(gone.ID); rec.State != store.SandboxStopped || rec.StoppedAt.IsZero() {
-		t.Errorf("destroyed sandbox's record: %+v", rec)
-	}
-	rec, err := e.st.GetSandbox(ctx, tenantB, unknown)
-	if err != nil || rec.State != store.SandboxStopped || rec.StoppedAt.IsZero() {
-		t.Errorf("unknown sandbox's record: %+v, %v", rec, err)
-	}
-	// Without Records, SyncRecords does nothing.
-	if err := (&Handler{}).SyncRecords(ctx); err != nil {
-		t.Error(err)
-	}
-}
-
 func TestRecordsUndo(t *testing.T) {
 	ctx := context.Background()
 	fa := &fakeAudit{}
@@ -200,19 +160,5 @@ func TestRecordsUndo(t *testing.T) {
 	}
 	if n := len(e.rt.Live()); n != 0 {
 		t.Errorf("%d sandboxes live after an undone create", n)
-	}
-}
-
-func TestRecordMetadataTooLarge(t *testing.T) {
-	md := map[string]string{}
-	for i := range 40 {
-		md[string(rune('a'+i%26))+string(rune('a'+i/26))] = string(make([]byte, 4000))
-	}
-	rec := toRecord(sandbox.Sandbox{ID: "sb-aaaaaaaaaaaaaaaa", Owner: tenantA, State: "running", CreatedAt: time.Now(), Metadata: md})
-	if err := rec.Validate(); err != nil {
-		t.Errorf("record of a sandbox with large metadata: %v", err)
-	}
-	if rec.Metadata["_truncated"] != "true" {
-		t.Errorf("metadata %v, want the truncation marker", rec.Metadata)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -33,13 +34,9 @@ const (
 	maxListStates = 16
 )
 
-// limitsJSON is the wire form of runtime.Limits.
-type limitsJSON struct {
-	CPUs     float64 `json:"cpus,omitempty"`
-	MemoryMB int64   `json:"memory_mb,omitempty"`
-	Pids     int64   `json:"pids,omitempty"`
-	DiskMB   int64   `json:"disk_mb,omitempty"`
-}
+// limitsJSON is the wire form of runtime.Limits (api.Limits), with its
+// validation.
+type limitsJSON wire.Limits
 
 // limits validates rl (nil means none set) against the bounds a template
 // build accepts and converts it; prefix names its fields in errors
@@ -121,61 +118,22 @@ func limitsToJSON(l runtime.Limits) limitsJSON {
 	return limitsJSON{CPUs: l.CPUs, MemoryMB: l.MemoryBytes >> 20, Pids: l.Pids, DiskMB: l.DiskBytes >> 20}
 }
 
-// networkJSON is the network part of a create request.
-type networkJSON struct {
-	Mode  string   `json:"mode"`
-	Allow []string `json:"allow"`
-}
+// createRequest is the body of POST /v1/sandboxes (api.CreateSandboxRequest),
+// with its validation.
+type createRequest wire.CreateSandboxRequest
 
-// createRequest is the body of POST /v1/sandboxes.
-type createRequest struct {
-	Template     string            `json:"template"`
-	TimeoutS     int64             `json:"timeout_s"`
-	IdleTimeoutS int64             `json:"idle_timeout_s"`
-	Limits       *limitsJSON       `json:"limits"`
-	Network      *networkJSON      `json:"network"`
-	Env          map[string]string `json:"env"`
-	Metadata     map[string]string `json:"metadata"`
-}
-
-// timeoutRequest is the body of POST /v1/sandboxes/{id}/timeout.
-type timeoutRequest struct {
-	TimeoutS int64 `json:"timeout_s"`
-}
-
-// sandboxJSON is the wire form of a sandbox. Env is not returned: it may
-// hold secrets the creator passed in.
-type sandboxJSON struct {
-	ID             string            `json:"id"`
-	State          string            `json:"state"`
-	Template       string            `json:"template"`
-	Limits         limitsJSON        `json:"limits"`
-	Metadata       map[string]string `json:"metadata"`
-	CreatedAt      time.Time         `json:"created_at"`
-	ExpiresAt      time.Time         `json:"expires_at"`
-	MaxExpiresAt   time.Time         `json:"max_expires_at"`
-	IdleTimeoutS   int64             `json:"idle_timeout_s,omitempty"`
-	LastActivityAt time.Time         `json:"last_activity_at"`
-	StoppedAt      *time.Time        `json:"stopped_at,omitempty"`
-	EndReason      string            `json:"end_reason,omitempty"`
-	Error          string            `json:"error,omitempty"`
-}
-
-// listResponse is the body of GET /v1/sandboxes.
-type listResponse struct {
-	Sandboxes []sandboxJSON `json:"sandboxes"`
-}
-
-func toSandboxJSON(sb sandbox.Sandbox) sandboxJSON {
+// toSandboxJSON is the wire form of sb. Env is not returned: it may hold
+// secrets the creator passed in.
+func toSandboxJSON(sb sandbox.Sandbox) wire.Sandbox {
 	md := sb.Metadata
 	if md == nil {
 		md = map[string]string{}
 	}
-	out := sandboxJSON{
+	out := wire.Sandbox{
 		ID:             sb.ID,
-		State:          string(sb.State),
+		State:          wire.State(sb.State),
 		Template:       templateDisplayName(sb.Template),
-		Limits:         limitsToJSON(sb.Limits),
+		Limits:         wire.Limits(limitsToJSON(sb.Limits)),
 		Metadata:       md,
 		CreatedAt:      sb.CreatedAt.UTC(),
 		ExpiresAt:      sb.ExpiresAt.UTC(),
@@ -206,10 +164,11 @@ func (req *createRequest) spec(owner string, cfg sandbox.Config) (sandbox.Spec, 
 			return sandbox.Spec{}, err
 		}
 	}
-	if err := req.Limits.createLimits(cfg.MaxLimits); err != nil {
+	rl := (*limitsJSON)(req.Limits)
+	if err := rl.createLimits(cfg.MaxLimits); err != nil {
 		return sandbox.Spec{}, err
 	}
-	l, err := req.Limits.limits("limits.")
+	l, err := rl.limits("limits.")
 	if err != nil {
 		return sandbox.Spec{}, err
 	}
@@ -286,14 +245,6 @@ func sandboxNotFound(id string) error {
 	return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 }
 
-// liveStates are the states of the store's records that count against a
-// tenant's quota (see activeRecordStates). The manager's own view is
-// Filter.Live: a failed sandbox whose agent died has ended and no longer
-// counts.
-var liveStates = []sandbox.State{
-	sandbox.StateCreating, sandbox.StateAdopting, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping, sandbox.StateFailed,
-}
-
 // createSandbox serves POST /v1/sandboxes.
 func (h *Handler) createSandbox(c *call) error {
 	var req createRequest
@@ -344,7 +295,7 @@ func (h *Handler) createSandbox(c *call) error {
 		return why
 	}
 	switch {
-	case h.records != nil:
+	case h.mgr.KeepsRecords():
 		// The store's quota check is atomic across concurrent creates.
 		if err := h.recordCreated(c.r.Context(), sb); err != nil {
 			return undo(err)
@@ -396,7 +347,7 @@ func (h *Handler) listSandboxes(c *call) error {
 	}
 	f.Owner = c.p.TenantID
 	sbs := h.mgr.List(f)
-	out := listResponse{Sandboxes: make([]sandboxJSON, 0, len(sbs))}
+	out := wire.SandboxList{Sandboxes: make([]wire.Sandbox, 0, len(sbs))}
 	for _, sb := range sbs {
 		out.Sandboxes = append(out.Sandboxes, toSandboxJSON(sb))
 	}
@@ -478,10 +429,8 @@ func (h *Handler) deleteSandbox(c *call) error {
 	if err := h.mgr.DestroyRecorded(context.WithoutCancel(c.r.Context()), sb.ID, c.commit); err != nil {
 		return err
 	}
-	if h.records != nil {
-		if err := h.recordStopped(c.r.Context(), sb); err != nil {
-			return h.recordUnavailable(sb.ID, err, "the sandbox was deleted but its record was not updated; retry the delete")
-		}
+	if err := h.recordStopped(c.r.Context(), sb); err != nil {
+		return h.recordUnavailable(sb.ID, err, "the sandbox was deleted but its record was not updated; retry the delete")
 	}
 	c.w.WriteHeader(http.StatusNoContent)
 	return nil
@@ -493,7 +442,7 @@ func (h *Handler) setTimeout(c *call) error {
 	if err != nil {
 		return err
 	}
-	var req timeoutRequest
+	var req wire.TimeoutRequest
 	if err := c.decodeJSON(&req, false); err != nil {
 		return err
 	}

@@ -7,9 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,7 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/template"
 	"github.com/airlock-sandbox/airlock/internal/template/airfile"
 	"github.com/airlock-sandbox/airlock/internal/template/debian"
-	"github.com/airlock-sandbox/airlock/internal/template/layers"
+	"github.com/airlock-sandbox/airlock/internal/template/registry"
 )
 
 // Caps and names of build requests.
@@ -69,7 +69,7 @@ type debianJSON struct {
 	Packages []string `json:"packages"`
 }
 
-// registryAuthJSON is the wire form of RegistryAuth.
+// registryAuthJSON is the wire form of registry.Credentials.
 type registryAuthJSON struct {
 	Username string `json:"username"`
 	Password string `json:"password"`
@@ -94,7 +94,7 @@ type buildLineJSON struct {
 
 // checkRegistryAuth validates credentials: a username with a password, or
 // a token, or nothing.
-func checkRegistryAuth(a RegistryAuth) error {
+func checkRegistryAuth(a registry.Credentials) error {
 	for _, f := range []struct{ name, v string }{{"username", a.Username}, {"password", a.Password}, {"token", a.Token}} {
 		if len(f.v) > maxCredential {
 			return invalidf("registry_auth.%s is longer than %d bytes", f.name, maxCredential)
@@ -139,9 +139,9 @@ func parseRecipe(text string, withContext bool, shift int) (*airfile.File, error
 }
 
 // buildFromJSON validates a JSON build request and turns it into a
-// BuildRequest and its parsed recipe.
-func buildFromJSON(in buildRequestJSON) (BuildRequest, *airfile.File, error) {
-	out := BuildRequest{Name: in.Name, Shared: in.Shared, Replace: in.Replace, NoCache: in.NoCache, AllowSetuid: in.AllowSetuid, Insecure: in.Insecure}
+// build request and its parsed recipe.
+func buildFromJSON(in buildRequestJSON) (registry.BuildRequest, *airfile.File, error) {
+	out := registry.BuildRequest{Name: in.Name, Shared: in.Shared, Replace: in.Replace, NoCache: in.NoCache, AllowSetuid: in.AllowSetuid, Insecure: in.Insecure}
 	if in.Name == "" {
 		return out, nil, invalidf("name is required")
 	}
@@ -149,7 +149,7 @@ func buildFromJSON(in buildRequestJSON) (BuildRequest, *airfile.File, error) {
 		return out, nil, invalidf("name must match %s", template.NamePattern)
 	}
 	if in.RegistryAuth != nil {
-		out.Registry = RegistryAuth{Username: in.RegistryAuth.Username, Password: in.RegistryAuth.Password, Token: in.RegistryAuth.Token}
+		out.Registry = registry.Credentials{Username: in.RegistryAuth.Username, Password: in.RegistryAuth.Password, Token: in.RegistryAuth.Token}
 	}
 	if err := checkRegistryAuth(out.Registry); err != nil {
 		return out, nil, err
@@ -198,8 +198,8 @@ func buildFromJSON(in buildRequestJSON) (BuildRequest, *airfile.File, error) {
 // buildFromQuery parses the query of a build context upload: name
 // (required), shared, replace, no_cache, allow_setuid and insecure
 // (booleans), and the template's limits cpus, memory_mb, disk_mb and pids.
-func buildFromQuery(raw string) (BuildRequest, error) {
-	var out BuildRequest
+func buildFromQuery(raw string) (registry.BuildRequest, error) {
+	var out registry.BuildRequest
 	q, err := parseQuery(raw, "name", "shared", "replace", "no_cache", "allow_setuid", "insecure", "cpus", "memory_mb", "disk_mb", "pids")
 	if err != nil {
 		return out, err
@@ -247,8 +247,8 @@ func buildFromQuery(raw string) (BuildRequest, error) {
 
 // parseRegistryAuthHeader decodes the X-Registry-Auth header (base64,
 // standard or URL alphabet, padded or not, of a registry_auth object).
-func parseRegistryAuthHeader(vals []string) (RegistryAuth, error) {
-	var out RegistryAuth
+func parseRegistryAuthHeader(vals []string) (registry.Credentials, error) {
+	var out registry.Credentials
 	switch len(vals) {
 	case 0:
 		return out, nil
@@ -271,13 +271,13 @@ func parseRegistryAuthHeader(vals []string) (RegistryAuth, error) {
 	if err := decodeJSONBytes(raw, &a, false); err != nil {
 		return out, invalidf("%s must be base64 of a JSON object with username and password, or token", registryAuthHeader)
 	}
-	out = RegistryAuth(a)
+	out = registry.Credentials(a)
 	return out, checkRegistryAuth(out)
 }
 
 // setNamespace puts req in the caller p's tenant, or, if it asks for a
 // shared template, in the shared namespace, which only the operator may.
-func setNamespace(p auth.Principal, req *BuildRequest) error {
+func setNamespace(p auth.Principal, req *registry.BuildRequest) error {
 	if req.Shared {
 		if !p.IsOperator() {
 			return &apiError{status: http.StatusForbidden, code: CodePermissionDenied,
@@ -294,7 +294,7 @@ func setNamespace(p auth.Principal, req *BuildRequest) error {
 // checkBase refuses what of the recipe f only the operator may do: a
 // registry pull (FROM IMAGE makes the daemon, as root, contact whatever
 // host and port the reference names) and a plain-HTTP registry.
-func checkBase(p auth.Principal, req BuildRequest, f *airfile.File) error {
+func checkBase(p auth.Principal, req registry.BuildRequest, f *airfile.File) error {
 	if p.IsOperator() {
 		return nil
 	}
@@ -360,27 +360,27 @@ func (h *Handler) buildTemplate(c *call) error {
 		if err := checkBase(c.p, req, f); err != nil {
 			return err
 		}
-		release, err := ts.reserve(req)
+		job, err := ts.Reserve(req.Owner, req.Name, req.Replace)
 		if err != nil {
 			return err
 		}
-		defer release()
+		defer job.Close()
 		shift := 0
 		if in.From != "" || in.Debian != nil {
 			shift = 1
 		}
-		return h.runBuild(c, ts, req, f, shift, release)
+		return h.runBuild(c, job, req, f, shift)
 	}
 	return &apiError{status: http.StatusUnsupportedMediaType, code: CodeUnsupportedMediaType,
 		msg: "request body must be application/json or " + tarType}
 }
 
 // buildContext takes a build context upload: it validates the query,
-// unpacks the tar into a fresh directory under Templates.ContextDir, and
-// builds from its Airfile. The directory is removed afterwards.
-func (h *Handler) buildContext(c *call, ts *templateService) error {
-	if ts.cfg.ContextDir == "" {
-		return &apiError{status: http.StatusNotImplemented, code: CodeNotSupported, msg: "this server does not accept build contexts"}
+// has the job unpack the tar, and builds from its Airfile.
+func (h *Handler) buildContext(c *call, ts *registry.Service) error {
+	limit, err := ts.MaxContextBytes()
+	if err != nil {
+		return err
 	}
 	req, err := buildFromQuery(c.r.URL.RawQuery)
 	if err != nil {
@@ -390,55 +390,34 @@ func (h *Handler) buildContext(c *call, ts *templateService) error {
 	if req.Registry, err = parseRegistryAuthHeader(c.r.Header.Values(registryAuthHeader)); err != nil {
 		return err
 	}
-	if c.r.ContentLength > ts.cfg.MaxContextBytes {
-		return contextTooLarge(ts.cfg.MaxContextBytes)
+	if c.r.ContentLength > limit {
+		return contextTooLarge(limit)
 	}
 	if err := setNamespace(c.p, &req); err != nil {
 		return err
 	}
-	release, err := ts.reserve(req)
+	job, err := ts.Reserve(req.Owner, req.Name, req.Replace)
 	if err != nil {
 		return err
 	}
-	defer release()
-	dir, err := os.MkdirTemp(ts.cfg.ContextDir, "context-")
+	defer job.Close()
+	idle := c.idleBody(http.MaxBytesReader(c.w, c.r.Body, limit))
+	body := &uploadReader{r: idle}
+	bc, err := job.ReceiveContext(c.r.Context(), body)
+	idle.done()
 	if err != nil {
-		return fmt.Errorf("build context directory: %w", err)
+		return uploadError(err, body.err, contextTooLarge(limit))
 	}
-	var once sync.Once
-	finish := func() {
-		once.Do(func() {
-			if err := os.RemoveAll(dir); err != nil {
-				h.log.Warn("removing a build context", "err", err)
-			}
-			release()
-		})
-	}
-	defer finish()
-	body := c.idleBody(http.MaxBytesReader(c.w, c.r.Body, ts.cfg.MaxContextBytes))
-	st, err := extractContext(c.r.Context(), dir, body, ts.cfg.MaxContextFiles, ts.cfg.MaxContextBytes)
-	body.done()
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return contextTooLarge(ts.cfg.MaxContextBytes)
-		}
-		return err
-	}
-	text, err := readContextAirfile(dir)
-	if err != nil {
-		return err
-	}
-	f, err := parseRecipe(string(text), true, 0)
+	f, err := parseRecipe(string(bc.Airfile), true, 0)
 	if err != nil {
 		return err
 	}
 	if err := checkBase(c.p, req, f); err != nil {
 		return err
 	}
-	req.Airfile, req.ContextDir = text, dir
-	c.ev.Details = map[string]any{"context_entries": st.Entries, "context_bytes": st.Bytes}
-	return h.runBuild(c, ts, req, f, 0, finish)
+	req.Airfile = bc.Airfile
+	c.ev.Details = map[string]any{"context_entries": bc.Entries, "context_bytes": bc.Bytes}
+	return h.runBuild(c, job, req, f, 0)
 }
 
 // contextTooLarge is the error of a build context upload over limit bytes.
@@ -447,13 +426,45 @@ func contextTooLarge(limit int64) error {
 		msg: fmt.Sprintf("the build context is larger than the limit of %d bytes", limit)}
 }
 
+// uploadReader keeps the first error of the reader below, to tell a
+// failed or oversized upload from a malformed one.
+type uploadReader struct {
+	r   io.Reader
+	err error
+}
+
+func (e *uploadReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF && e.err == nil {
+		e.err = err
+	}
+	return n, err
+}
+
+// uploadError is the answer to err, the failure of a job receiving an
+// upload whose body failed with bodyErr (nil if it did not): tooLarge
+// for a body over its cap, the body's failure, a 413 for an upload over
+// one of the job's caps, else err.
+func uploadError(err, bodyFail, tooLarge error) error {
+	if bodyFail != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(bodyFail, &mbe) {
+			return tooLarge
+		}
+		return bodyErr(bodyFail)
+	}
+	var le *registry.LimitError
+	if errors.As(err, &le) {
+		return &apiError{status: http.StatusRequestEntityTooLarge, code: CodeRequestTooLarge, msg: le.Msg}
+	}
+	return err
+}
+
 // runBuild records the intent, builds, registers the template and
-// answers (streamed or not). release gives the name back and removes the
-// build context; it is called before the answer, so that a client can
-// retry at once and finds everything cleaned up. The instructions the
-// Airfile has that mean nothing here are reported first, as warning
-// lines (shift: the lines the API put before the client's text).
-func (h *Handler) runBuild(c *call, ts *templateService, req BuildRequest, f *airfile.File, shift int, release func()) error {
+// answers (streamed or not). The instructions the Airfile has that mean
+// nothing here are reported first, as warning lines (shift: the lines
+// the API put before the client's text).
+func (h *Handler) runBuild(c *call, job *registry.Job, req registry.BuildRequest, f *airfile.File, shift int) error {
 	sum := sha256.Sum256(req.Airfile)
 	if c.ev.Details == nil {
 		c.ev.Details = map[string]any{}
@@ -470,7 +481,7 @@ func (h *Handler) runBuild(c *call, ts *templateService, req BuildRequest, f *ai
 	if req.Insecure {
 		d["insecure"] = true
 	}
-	if req.Registry != (RegistryAuth{}) {
+	if req.Registry != (registry.Credentials{}) {
 		d["registry_auth"] = true // never the credentials
 	}
 	if req.Shared {
@@ -484,11 +495,10 @@ func (h *Handler) runBuild(c *call, ts *templateService, req BuildRequest, f *ai
 	if len(warnings) > 0 {
 		d["ignored_instructions"] = len(warnings)
 	}
-	job := templateJob{owner: req.Owner, name: req.Name, shared: req.Shared, warnings: warnings, release: release,
-		run: func(ctx context.Context, events func(BuildEvent)) (layers.Manifest, error) {
-			return ts.cfg.Builder.Build(ctx, req, events)
-		}}
-	return h.runTemplateJob(c, ts, job)
+	return h.runTemplateJob(c, templateJob{owner: req.Owner, name: req.Name, shared: req.Shared, warnings: warnings,
+		run: func(ctx context.Context, events func(registry.Event)) (registry.Detail, error) {
+			return job.Build(ctx, req, events)
+		}})
 }
 
 // templateJob is a build or an import as runTemplateJob runs it.
@@ -497,44 +507,36 @@ type templateJob struct {
 	shared      bool
 	// warnings go out first, as warning lines of a stream.
 	warnings []string
-	// release gives the name back and removes the job's files; it may
-	// be called more than once.
-	release func()
-	// run makes and stores the template; events is nil unless the
-	// answer is a stream.
-	run func(ctx context.Context, events func(BuildEvent)) (layers.Manifest, error)
+	// run makes, stores and registers the template, and closes the
+	// registry.Job before it returns; events is nil unless the answer is
+	// a stream.
+	run func(ctx context.Context, events func(registry.Event)) (registry.Detail, error)
 }
 
-// runTemplateJob records the intent, runs the job within the build
-// timeout, registers the template and answers: a stream of build lines
-// ending in a done or error line (Accept: application/x-ndjson), else the
-// template (201). release is called before the answer.
-func (h *Handler) runTemplateJob(c *call, ts *templateService, job templateJob) error {
+// runTemplateJob records the intent, runs the job and answers: a stream
+// of build lines ending in a done or error line (Accept:
+// application/x-ndjson), else the template (201).
+func (h *Handler) runTemplateJob(c *call, job templateJob) error {
 	if err := c.begin(); err != nil {
 		return err
 	}
-	storeName := template.StoreName(job.owner, job.name)
 	location := "/v1/templates/" + job.name
 	if job.shared {
 		location += "?shared=true"
 	}
-	ctx, cancel := context.WithTimeout(c.r.Context(), ts.cfg.BuildTimeout)
+	ctx, cancel := context.WithCancel(c.r.Context())
 	defer cancel()
 	if !wantsNDJSON(c.r) {
-		m, err := job.run(ctx, nil)
-		if err == nil {
-			err = ts.register(c.r.Context(), storeName)
-		}
-		job.release()
+		d, err := job.run(ctx, nil)
 		if err != nil {
 			return err
 		}
-		addBuildDetails(c, m)
+		addBuildDetails(c, d)
 		if err := c.commit(); err != nil {
 			return err
 		}
 		c.w.Header().Set("Location", location)
-		return c.json(http.StatusCreated, ts.view(job.owner).detail(m))
+		return c.json(http.StatusCreated, toDetailJSON(d))
 	}
 	nw := &ndjsonWriter{c: c, rc: http.NewResponseController(c.w), idle: h.lim.WriteIdleTimeout, onFail: cancel}
 	defer nw.done()
@@ -545,29 +547,29 @@ func (h *Handler) runTemplateJob(c *call, ts *templateService, job templateJob) 
 		_ = nw.writeLine(buildLineJSON{Type: "warning", Text: capText(w, maxLogText)})
 	}
 	sink := &buildSink{write: func(l buildLineJSON) { _ = nw.writeLine(l) }, now: time.Now}
-	m, err := job.run(ctx, sink.emit)
+	d, err := job.run(ctx, sink.emit)
 	sink.close()
-	if err == nil {
-		err = ts.register(c.r.Context(), storeName)
-	}
-	job.release()
 	if err != nil {
 		if code := nw.endWithError(err); code == CodeInternal || code == CodeUnavailable {
-			h.log.Error("template build failed", "template", storeName, "err", err)
+			h.log.Error("template build failed", "template", template.StoreName(job.owner, job.name), "err", err)
 		}
 		return nil // the stream has started: the error line reports it
 	}
-	addBuildDetails(c, m)
+	addBuildDetails(c, d)
 	c.record("ok")
-	detail := ts.view(job.owner).detail(m)
+	detail := toDetailJSON(d)
 	_ = nw.writeLine(buildLineJSON{Type: "done", Template: &detail})
 	return nil
 }
 
 // addBuildDetails records the built template in the audit event.
-func addBuildDetails(c *call, m layers.Manifest) {
-	c.ev.Details["layers"] = m.Layers
-	c.ev.Details["size"] = m.Size
+func addBuildDetails(c *call, d registry.Detail) {
+	digests := make([]string, len(d.LayerList))
+	for i, l := range d.LayerList {
+		digests[i] = l.Digest
+	}
+	c.ev.Details["layers"] = digests
+	c.ev.Details["size"] = d.Size
 }
 
 // buildSink turns builder events into stream lines: "done" events are
@@ -585,7 +587,7 @@ type buildSink struct {
 
 type progressKey = [2]int
 
-func (s *buildSink) emit(ev BuildEvent) {
+func (s *buildSink) emit(ev registry.Event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -604,7 +606,7 @@ func (s *buildSink) close() {
 	s.mu.Unlock()
 }
 
-func (s *buildSink) lineLocked(ev BuildEvent) (buildLineJSON, bool) {
+func (s *buildSink) lineLocked(ev registry.Event) (buildLineJSON, bool) {
 	line := buildLineJSON{Type: ev.Type, Step: max(ev.Step, 0), Steps: max(ev.Steps, 0)}
 	switch ev.Type {
 	case "step", "cached":

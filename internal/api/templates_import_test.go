@@ -28,26 +28,27 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/template"
 	"github.com/airlock-sandbox/airlock/internal/template/layers"
 	"github.com/airlock-sandbox/airlock/internal/template/oci"
+	"github.com/airlock-sandbox/airlock/internal/template/registry"
 )
 
 // ociImporter is the daemon's importer (internal/daemon.importer): the
 // real oci import into a real layer store.
 type ociImporter struct{ store *layers.Store }
 
-func (i ociImporter) Import(ctx context.Context, req ImportRequest, events func(BuildEvent)) (layers.Manifest, error) {
+func (i ociImporter) Import(ctx context.Context, req registry.ImportRequest, events func(registry.Event)) (layers.Manifest, error) {
 	opts := oci.Options{Replace: req.Replace, AllowSetuid: req.AllowSetuid, StripSetuid: !req.AllowSetuid}
 	if events != nil {
 		opts.Progress = func(p oci.Progress) {
-			events(BuildEvent{Type: "progress", Step: 1, Steps: 1, Layer: p.Layer, Layers: p.Layers, Done: p.Done, Total: p.Total})
+			events(registry.Event{Type: "progress", Step: 1, Steps: 1, Layer: p.Layer, Layers: p.Layers, Done: p.Done, Total: p.Total})
 		}
 	}
 	n := template.StoreName(req.Owner, req.Name)
 	var res oci.Result
 	var err error
 	switch req.Format {
-	case ImportDockerArchive:
+	case registry.ImportDockerArchive:
 		res, err = oci.ImportArchive(ctx, i.store, n, req.Path, req.Tag, opts)
-	case ImportOCILayout:
+	case registry.ImportOCILayout:
 		res, err = oci.ImportLayout(ctx, i.store, n, req.Path, req.Tag, opts)
 	default:
 		err = fmt.Errorf("format %q: %w", req.Format, errdefs.ErrInvalidArgument)
@@ -178,7 +179,7 @@ func tarDir(t *testing.T, dir string, extra ...*tar.Header) []byte {
 
 // newImportEnv is a template API over a real layer store and the real
 // oci import (root: the store unpacks layers with their owners).
-func newImportEnv(t *testing.T, tune ...func(*Templates)) (*tplEnv, *layers.Store) {
+func newImportEnv(t *testing.T, tune ...func(*registry.Config)) (*tplEnv, *layers.Store) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the layer store unpacks files with their owners")
@@ -187,7 +188,7 @@ func newImportEnv(t *testing.T, tune ...func(*Templates)) (*tplEnv, *layers.Stor
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newTplEnv(t, append([]func(*Templates){func(c *Templates) {
+	e := newTplEnv(t, append([]func(*registry.Config){func(c *registry.Config) {
 		c.Store = store
 		c.Importer = ociImporter{store}
 		c.Source = func(n string) (template.Source, error) { return template.NewStored(store, n) }
@@ -313,7 +314,7 @@ func TestTemplateImport(t *testing.T) {
 // TestTemplateImportHostile: what an upload may not do, each refused
 // with a clear 4xx before anything is stored, and nothing left behind.
 func TestTemplateImportHostile(t *testing.T) {
-	e, store := newImportEnv(t, func(c *Templates) { c.MaxImportBytes = 8 << 20 })
+	e, store := newImportEnv(t, func(c *registry.Config) { c.MaxImportBytes = 8 << 20 })
 	img := testImage(t, map[string]string{"f": "x"})
 	lay := layoutDir(t, map[string]v1.Image{"v1": img})
 	archive := dockerArchive(t, map[string]v1.Image{"example.com/a:1": img})

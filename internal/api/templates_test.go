@@ -30,6 +30,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/template"
 	"github.com/airlock-sandbox/airlock/internal/template/layers"
+	"github.com/airlock-sandbox/airlock/internal/template/registry"
 )
 
 // fakeTemplateStore is an in-memory TemplateStore with reference-counted
@@ -179,15 +180,15 @@ type fakeBuilder struct {
 	store *fakeTemplateStore
 
 	mu       sync.Mutex
-	reqs     []BuildRequest
+	reqs     []registry.BuildRequest
 	contexts []map[string]string // the build context as the builder saw it
-	events   []BuildEvent
+	events   []registry.Event
 	err      error
 	started  chan string   // if set, receives the name of each build that starts
 	block    chan struct{} // if set, builds wait for it (or their context)
 }
 
-func (b *fakeBuilder) Build(ctx context.Context, req BuildRequest, events func(BuildEvent)) (layers.Manifest, error) {
+func (b *fakeBuilder) Build(ctx context.Context, req registry.BuildRequest, events func(registry.Event)) (layers.Manifest, error) {
 	b.mu.Lock()
 	b.reqs = append(b.reqs, req)
 	if req.ContextDir != "" {
@@ -218,7 +219,7 @@ func (b *fakeBuilder) Build(ctx context.Context, req BuildRequest, events func(B
 	return m, nil
 }
 
-func (b *fakeBuilder) requests() []BuildRequest {
+func (b *fakeBuilder) requests() []registry.BuildRequest {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return slices.Clone(b.reqs)
@@ -280,7 +281,7 @@ type tplEnv struct {
 
 // newTplEnv is an API server whose manager and template routes share one
 // registry (holding the built-in host), over a fake store and builder.
-func newTplEnv(t *testing.T, tune ...func(*Templates)) *tplEnv {
+func newTplEnv(t *testing.T, tune ...func(*registry.Config)) *tplEnv {
 	t.Helper()
 	rt, err := runtimefake.New(t.TempDir(), nil)
 	if err != nil {
@@ -306,12 +307,16 @@ func newTplEnv(t *testing.T, tune ...func(*Templates)) *tplEnv {
 	if err := os.Mkdir(e.ctxDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	tcfg := &Templates{
+	tcfg := &registry.Config{
 		Registry: reg, Store: store, Builder: e.builder, ContextDir: e.ctxDir,
 		Source: func(name string) (template.Source, error) { return fakeStored{store, name}, nil },
 	}
 	for _, f := range tune {
 		f(tcfg)
+	}
+	tpl, err := registry.New(*tcfg)
+	if err != nil {
+		t.Fatal(err)
 	}
 	sbScopes := []auth.Scope{auth.ScopeSandboxesRead, auth.ScopeSandboxesWrite, auth.ScopeExec, auth.ScopeFiles}
 	fa := &fakeAuth{keys: map[string]auth.Principal{
@@ -326,7 +331,7 @@ func newTplEnv(t *testing.T, tune ...func(*Templates)) *tplEnv {
 		tkTplReadA: {TenantID: tenantA, KeyID: "ktplreada", Scopes: []auth.Scope{auth.ScopeTemplatesRead}},
 	}}
 	te := &testEnv{t: t, rt: rt, mgr: mgr, audit: &fakeAudit{}, auth: fa}
-	te.h, err = New(Config{Sandboxes: mgr, Auth: fa, Audit: te.audit, Templates: tcfg})
+	te.h, err = New(Config{Sandboxes: mgr, Auth: fa, Audit: te.audit, Templates: tpl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +370,7 @@ func TestTemplateBuildStream(t *testing.T) {
 	ctx := context.Background()
 	e := newTplEnv(t)
 	e.builder.set(func(b *fakeBuilder) {
-		b.events = []BuildEvent{
+		b.events = []registry.Event{
 			{Type: "step", Step: 1, Steps: 2, Instruction: "FROM registry.test/img:1"},
 			{Type: "progress", Step: 1, Steps: 2, Layer: 1, Layers: 1, Done: 10, Total: 100},
 			{Type: "progress", Step: 1, Steps: 2, Layer: 1, Layers: 1, Done: 50, Total: 100}, // throttled
@@ -406,7 +411,7 @@ func TestTemplateBuildStream(t *testing.T) {
 	}
 	r := reqs[0]
 	if string(r.Airfile) != "FROM registry.test/img:1\nRUN echo hi\n" || r.Name != "img" || r.Owner != "" || !r.Insecure || r.AllowSetuid ||
-		r.NoCache || r.ContextDir != "" || r.Registry != (RegistryAuth{Username: "bob", Password: "s3cret-pass"}) {
+		r.NoCache || r.ContextDir != "" || r.Registry != (registry.Credentials{Username: "bob", Password: "s3cret-pass"}) {
 		t.Errorf("builder request = %+v (airfile %q)", r, r.Airfile)
 	}
 
@@ -611,7 +616,7 @@ func TestTemplateBuildErrors(t *testing.T) {
 	c := e.client(tkOp)
 	e.builder.set(func(b *fakeBuilder) {
 		b.err = fmt.Errorf("image registry.test/nope:1: %w", errdefs.ErrNotFound)
-		b.events = []BuildEvent{{Type: "step", Step: 1, Steps: 1, Instruction: "FROM registry.test/nope:1"}}
+		b.events = []registry.Event{{Type: "step", Step: 1, Steps: 1, Instruction: "FROM registry.test/nope:1"}}
 	})
 	_, err := c.BuildTemplate(ctx, client.BuildTemplateRequest{Name: "a", Shared: true, From: "registry.test/nope:1"}, nil)
 	var ae *client.APIError
@@ -763,8 +768,8 @@ func TestBuildSink(t *testing.T) {
 	now := time.Unix(1000, 0)
 	var lines []buildLineJSON
 	s := &buildSink{write: func(l buildLineJSON) { lines = append(lines, l) }, now: func() time.Time { return now }}
-	p := func(layer int, done, total int64) BuildEvent {
-		return BuildEvent{Type: "progress", Step: 1, Steps: 1, Layer: layer, Layers: 2, Done: done, Total: total}
+	p := func(layer int, done, total int64) registry.Event {
+		return registry.Event{Type: "progress", Step: 1, Steps: 1, Layer: layer, Layers: 2, Done: done, Total: total}
 	}
 	s.emit(p(1, 1, 100))
 	s.emit(p(1, 2, 100))   // throttled
@@ -772,11 +777,11 @@ func TestBuildSink(t *testing.T) {
 	s.emit(p(1, 100, 100)) // final
 	now = now.Add(progressEvery)
 	s.emit(p(2, 5, 0)) // time passed
-	s.emit(BuildEvent{Type: "done"})
-	s.emit(BuildEvent{Type: "bogus"})
-	s.emit(BuildEvent{Type: "log", Text: "bad \xff utf8 " + strings.Repeat("x", maxLogText) + "\n"})
+	s.emit(registry.Event{Type: "done"})
+	s.emit(registry.Event{Type: "bogus"})
+	s.emit(registry.Event{Type: "log", Text: "bad \xff utf8 " + strings.Repeat("x", maxLogText) + "\n"})
 	s.close()
-	s.emit(BuildEvent{Type: "log", Text: "late"})
+	s.emit(registry.Event{Type: "log", Text: "late"})
 	var got []string
 	for _, l := range lines {
 		got = append(got, fmt.Sprintf("%s:%d:%d", l.Type, l.Layer, l.Done))
@@ -795,17 +800,17 @@ func TestParseRegistryAuthHeader(t *testing.T) {
 	js := `{"username":"u","password":"p+/?"}`
 	tests := []struct {
 		vals []string
-		want RegistryAuth
+		want registry.Credentials
 		ok   bool
 	}{
-		{nil, RegistryAuth{}, true},
-		{[]string{base64.StdEncoding.EncodeToString([]byte(js))}, RegistryAuth{Username: "u", Password: "p+/?"}, true},
-		{[]string{base64.RawURLEncoding.EncodeToString([]byte(js))}, RegistryAuth{Username: "u", Password: "p+/?"}, true},
-		{[]string{base64.URLEncoding.EncodeToString([]byte(`{"token":"t"}`))}, RegistryAuth{Token: "t"}, true},
-		{[]string{"not base64!"}, RegistryAuth{}, false},
-		{[]string{base64.StdEncoding.EncodeToString([]byte(`{"user":"u"}`))}, RegistryAuth{}, false},
-		{[]string{base64.StdEncoding.EncodeToString([]byte(`{"username":"u"}`))}, RegistryAuth{}, false},
-		{[]string{"a", "b"}, RegistryAuth{}, false},
+		{nil, registry.Credentials{}, true},
+		{[]string{base64.StdEncoding.EncodeToString([]byte(js))}, registry.Credentials{Username: "u", Password: "p+/?"}, true},
+		{[]string{base64.RawURLEncoding.EncodeToString([]byte(js))}, registry.Credentials{Username: "u", Password: "p+/?"}, true},
+		{[]string{base64.URLEncoding.EncodeToString([]byte(`{"token":"t"}`))}, registry.Credentials{Token: "t"}, true},
+		{[]string{"not base64!"}, registry.Credentials{}, false},
+		{[]string{base64.StdEncoding.EncodeToString([]byte(`{"user":"u"}`))}, registry.Credentials{}, false},
+		{[]string{base64.StdEncoding.EncodeToString([]byte(`{"username":"u"}`))}, registry.Credentials{}, false},
+		{[]string{"a", "b"}, registry.Credentials{}, false},
 	}
 	for _, tt := range tests {
 		got, err := parseRegistryAuthHeader(tt.vals)
@@ -829,12 +834,22 @@ func TestBuiltinProvenance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := &templateService{cfg: Templates{Registry: reg}}
-	got := ts.builtinJSON("host")
+	store := newFakeTemplateStore()
+	ts, err := registry.New(registry.Config{Registry: reg, Store: store, Builder: &fakeBuilder{store: store},
+		Source: func(name string) (template.Source, error) { return fakeStored{store, name}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	builtin := map[string]templateJSON{}
+	list, _ := ts.List(tenantA)
+	for _, tp := range list {
+		builtin[tp.Name] = toTemplateJSON(tp)
+	}
+	got := builtin["host"]
 	if got.Source != "built-in: this host's /usr and a copy of /etc" || got.Created == nil || !got.Created.Equal(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)) {
 		t.Errorf("host = %+v", got)
 	}
-	if plain := ts.builtinJSON("plain"); plain.Source != "built-in" || plain.Created != nil {
+	if plain := builtin["plain"]; plain.Source != "built-in" || plain.Created != nil {
 		t.Errorf("plain = %+v", plain)
 	}
 }

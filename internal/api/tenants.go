@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/auth"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -45,37 +46,13 @@ const maxTenantQuota = 1 << 20
 // tenantAdminKeyName names the admin key POST /v1/tenants creates.
 const tenantAdminKeyName = "admin"
 
-// createTenantRequest is the body of POST /v1/tenants.
-type createTenantRequest struct {
-	// ID is the tenant's ID; generated when empty.
-	ID   string `json:"id"`
-	Name string `json:"name"`
-	// MaxSandboxes caps the tenant's sandboxes at once; 0: no cap.
-	MaxSandboxes int `json:"max_sandboxes"`
-}
+// createTenantRequest is the body of POST /v1/tenants
+// (api.CreateTenantRequest), with its validation.
+type createTenantRequest wire.CreateTenantRequest
 
-// tenantJSON is the wire form of a tenant.
-type tenantJSON struct {
-	ID           string    `json:"id"`
-	Name         string    `json:"name"`
-	MaxSandboxes int       `json:"max_sandboxes"`
-	CreatedAt    time.Time `json:"created_at"`
-}
-
-// createdTenantJSON is the response to POST /v1/tenants: the tenant and
-// its first admin key, whose secret is shown only here.
-type createdTenantJSON struct {
-	tenantJSON
-	AdminKey keyJSON `json:"admin_key"`
-}
-
-// tenantListJSON is the body of GET /v1/tenants.
-type tenantListJSON struct {
-	Tenants []tenantJSON `json:"tenants"`
-}
-
-func toTenantJSON(t store.Tenant) tenantJSON {
-	return tenantJSON{ID: t.ID, Name: t.Name, MaxSandboxes: t.MaxSandboxes, CreatedAt: t.CreatedAt.UTC()}
+// toTenantJSON is the wire form of t.
+func toTenantJSON(t store.Tenant) wire.Tenant {
+	return wire.Tenant{ID: t.ID, Name: t.Name, MaxSandboxes: t.MaxSandboxes, CreatedAt: t.CreatedAt.UTC()}
 }
 
 // tenantsNotServed is the answer of the tenant routes without
@@ -145,9 +122,8 @@ func (h *Handler) createTenant(c *call) error {
 		return undo(&apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable,
 			msg: "the audit log is unavailable; the tenant was deleted"})
 	}
-	out := createdTenantJSON{tenantJSON: toTenantJSON(t), AdminKey: toKeyJSON(key)}
-	out.AdminKey.Key = token
-	return c.json(http.StatusCreated, out)
+	// The admin key's secret is shown only here.
+	return c.json(http.StatusCreated, wire.CreatedTenant{Tenant: toTenantJSON(t), AdminKey: toCreatedKeyJSON(key, token)})
 }
 
 // listTenants serves GET /v1/tenants: the tenants that are not deleted.
@@ -162,7 +138,7 @@ func (h *Handler) listTenants(c *call) error {
 	if err != nil {
 		return err
 	}
-	out := tenantListJSON{Tenants: make([]tenantJSON, 0, len(all))}
+	out := wire.TenantList{Tenants: make([]wire.Tenant, 0, len(all))}
 	for _, t := range all {
 		if t.DeletedAt.IsZero() {
 			out.Tenants = append(out.Tenants, toTenantJSON(t))
@@ -210,7 +186,7 @@ func (h *Handler) deleteTenant(c *call) error {
 		if live > 0 {
 			return fmt.Errorf("tenant %s has %d sandboxes; delete them first: %w", id, live, errdefs.ErrFailedPrecondition)
 		}
-	} else if h.tpl == nil || !h.tpl.hasOwner(id) {
+	} else if h.tpl == nil || !h.tpl.HasOwner(id) {
 		return fmt.Errorf("tenant %s: %w", id, errdefs.ErrNotFound)
 	}
 	c.ev.Details = map[string]any{"name": t.Name}
@@ -225,7 +201,7 @@ func (h *Handler) deleteTenant(c *call) error {
 		c.ev.Details["retry"] = true
 	}
 	if h.tpl != nil {
-		n, freed, err := h.tpl.removeOwner(context.WithoutCancel(c.r.Context()), id)
+		n, freed, err := h.tpl.RemoveOwner(context.WithoutCancel(c.r.Context()), id)
 		c.ev.Details["templates_removed"] = n
 		c.ev.Details["freed_bytes"] = freed.Bytes
 		if err != nil {

@@ -12,9 +12,11 @@ import (
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/auth"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/template"
 	"github.com/airlock-sandbox/airlock/internal/template/layers"
+	"github.com/airlock-sandbox/airlock/internal/template/registry"
 )
 
 // tenantEnv is the real API with tenant management and templates (over
@@ -36,9 +38,23 @@ func newTenantEnv(t *testing.T) *tenantEnv {
 	}
 	e := &tenantEnv{store: store, reg: reg}
 	e.realEnv = newRealEnv(t, func(c *Config) {
-		c.Tenants = c.Keys.(TenantManager)
-		c.Templates = &Templates{Registry: reg, Store: store, Builder: &fakeBuilder{store: store},
-			Source: func(name string) (template.Source, error) { return fakeStored{store, name}, nil }}
+		tenants := c.Keys.(TenantManager)
+		c.Tenants = tenants
+		tpl, err := registry.New(registry.Config{Registry: reg, Store: store, Builder: &fakeBuilder{store: store},
+			Source: func(name string) (template.Source, error) { return fakeStored{store, name}, nil },
+			// As the daemon wires it: a deleted tenant's build is not
+			// registered.
+			OwnerGone: func(ctx context.Context, owner string) (bool, error) {
+				tn, err := tenants.GetTenant(ctx, owner)
+				if errors.Is(err, errdefs.ErrNotFound) {
+					return true, nil
+				}
+				return err == nil && !tn.DeletedAt.IsZero(), err
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Templates = tpl
 	})
 	if _, err := e.auth.CreateTenant(context.Background(), storeTenant("ops")); err != nil {
 		t.Fatal(err)

@@ -33,6 +33,11 @@ var forbidden = map[string][]string{
 	// A runtime backend serves the sandbox manager, never the reverse.
 	module + "/internal/runtime":       {module + "/internal/sandbox", module + "/internal/api", module + "/internal/daemon"},
 	module + "/internal/runtime/linux": {module + "/internal/sandbox", module + "/internal/api", module + "/internal/daemon"},
+	// The public Go client and the wire types it shares with the server
+	// stand alone: a program that imports them pulls in nothing of the
+	// daemon.
+	module + "/api":    {module + "/internal", module + "/client"},
+	module + "/client": {module + "/internal"},
 }
 
 var daemonSide = []string{

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // The agent side is exercised by a re-exec of the test binary as an
@@ -285,9 +286,7 @@ func newID() string { return fmt.Sprintf("test-%d-%d", os.Getpid(), idSeq.Add(1)
 
 func requireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates cgroups and chowns them")
-	}
+	testutil.RequireRoot(t, "needs root: creates cgroups and chowns them")
 }
 
 // managers returns a Manager per cgroup version this host can exercise: the

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // Apply cannot be undone, so each scenario runs in a re-executed copy of the
@@ -200,9 +201,7 @@ func lastLine(b []byte) []byte {
 // outcome; where the control run (same scenario, no Apply) must differ, it
 // checks that too, so each expectation is shown to come from Apply.
 func TestScenarios(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: Apply empties the bounding set and the scenarios switch uids")
-	}
+	testutil.RequireRoot(t, "needs root: Apply empties the bounding set and the scenarios switch uids")
 	f := newFixture(t)
 	probe := f.runScenario(t, "status", true)
 	if probe.Skip != "" {
@@ -254,9 +253,7 @@ func TestScenarios(t *testing.T) {
 // preparation (a writable fd that is not a directory) leaves the process
 // unconfined.
 func TestApplyRejectsBadPolicyUnchanged(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testutil.RequireRoot(t, "needs root")
 	f := newFixture(t)
 	rep := f.runScenario(t, "bad_fd", false)
 	if raceEnabled && strings.Contains(rep.Result, "not supported") {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // envDomain runs the test binary as a domain child: "split" restricts
@@ -24,9 +26,7 @@ const envDomain = "AIRLOCK_CONFINE_TEST_DOMAIN"
 // different threads sit in sibling Landlock domains and cannot signal each
 // other (a command's timeout kill from the agent failed this way).
 func TestOneDomainAfterReexec(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to set up Landlock without a user namespace helper (CI runs as root)")
-	}
+	testutil.RequireRoot(t, "needs root to set up Landlock without a user namespace helper")
 	if abi, _ := landlockABI(); abi < 6 {
 		t.Skipf("Landlock signal scoping needs ABI 6, the kernel has %d", abi)
 	}

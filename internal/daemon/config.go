@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/secrets"
 )
 
 // Config is the daemon's configuration. It comes from, in increasing
@@ -341,11 +342,13 @@ func loadFile(path string, cfg *Config) error {
 }
 
 // clientEnv are the AIRLOCK_* variables that are not settings of the
-// daemon and are ignored: the client's, and the config file's (read
-// before the others). Any other unknown AIRLOCK_* variable is an error,
-// like an unknown config key.
+// daemon and are ignored here: the client's, the config file's (read
+// before the others) and the secrets key's (read by openState; never a
+// setting, which --help and config errors would show). Any other unknown
+// AIRLOCK_* variable is an error, like an unknown config key.
 var clientEnv = map[string]bool{"AIRLOCK_URL": true, "AIRLOCK_API_KEY": true, configEnv: true,
 	"AIRLOCK_REGISTRY_PASSWORD": true, // airlock template build
+	secrets.KeyEnv:              true,
 }
 
 // applyEnv sets cfg from the AIRLOCK_* variables of env, each as its flag

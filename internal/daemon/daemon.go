@@ -191,6 +191,9 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		// Every sandbox the manager ends itself (expiry, idle timeout,
 		// a dead agent, recovery) is on the audit record.
 		Ends: auditEnds{log: auditLog, timeout: 10 * time.Second, logger: log.With("component", "sandbox")},
+		// The store keeps a record of every sandbox, which the tenants'
+		// quotas count.
+		Records: st,
 	}
 	if cfg.PoolSize > 0 {
 		scfg.PoolSize = map[string]int{cfg.DefaultTemplate: cfg.PoolSize}
@@ -221,7 +224,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	}
 	defer code.Close()
 
-	tplRoutes, err := templateRoutes(cfg.DataDir, tstore, rt, templates, log)
+	tplRoutes, err := templateService(cfg.DataDir, tstore, rt, templates, keys, log)
 	if err != nil {
 		return fmt.Errorf("template builder: %w", err)
 	}
@@ -238,7 +241,6 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		AuditSigner: data.signer,
 		Keys:        keys,
 		Tenants:     keys,
-		Records:     st,
 		Templates:   tplRoutes,
 		Info: &api.Info{
 			Version:   Version(),
@@ -260,7 +262,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	}
 	// Sandboxes that expired or idled out while no daemon ran (or since
 	// the last sync) end without the API: mark their records stopped.
-	if err := h.SyncRecords(ctx); err != nil {
+	if err := mgr.SyncRecords(ctx); err != nil {
 		return fmt.Errorf("sync sandbox records: %w", err)
 	}
 	syncCtx, stopSync := context.WithCancel(ctx)
@@ -273,7 +275,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 			case <-syncCtx.Done():
 				return
 			case <-t.C:
-				if err := h.SyncRecords(syncCtx); err != nil && syncCtx.Err() == nil {
+				if err := mgr.SyncRecords(syncCtx); err != nil && syncCtx.Err() == nil {
 					log.Warn("sync sandbox records", "err", err)
 				}
 			}

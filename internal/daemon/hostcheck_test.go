@@ -12,15 +12,14 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/hostcheck"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // A host that lacks a mandatory guarantee: the start is refused with one
 // message naming it and the setting to change, before anything is locked,
 // created or announced.
 func TestRunRefusesHostMissingGuarantee(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("airlock serve checks the host after checking that it runs as root (CI runs as root)")
-	}
+	testutil.RequireRoot(t, "airlock serve checks the host after checking that it runs as root")
 	cfg := Defaults()
 	cfg.DataDir = filepath.Join(t.TempDir(), "data")
 	cfg.Listen = "127.0.0.1:0"

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,18 +10,17 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/airlock-sandbox/airlock/internal/api"
 	"github.com/airlock-sandbox/airlock/internal/template"
 	"github.com/airlock-sandbox/airlock/internal/template/layers"
+	"github.com/airlock-sandbox/airlock/internal/template/registry"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // TestImporter: the daemon's importer stores a docker archive as the
 // tenant's template, under its store name, with its provenance and
 // progress; an unknown format is refused.
 func TestImporter(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the layer store unpacks files with their owners")
-	}
+	testutil.RequireRoot(t, "needs root: the layer store unpacks files with their owners")
 	store, err := layers.Open(filepath.Join(t.TempDir(), "store"), layers.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -38,8 +36,8 @@ func TestImporter(t *testing.T) {
 	}
 	var progress int
 	imp := importer{store}
-	m, err := imp.Import(context.Background(), api.ImportRequest{Name: "rand", Owner: "t1", Format: api.ImportDockerArchive, Path: archive},
-		func(ev api.BuildEvent) {
+	m, err := imp.Import(context.Background(), registry.ImportRequest{Name: "rand", Owner: "t1", Format: registry.ImportDockerArchive, Path: archive},
+		func(ev registry.Event) {
 			if ev.Type == "progress" && ev.Step == 1 && ev.Layers == 2 {
 				progress++
 			}
@@ -50,7 +48,7 @@ func TestImporter(t *testing.T) {
 	if m.Name != template.StoreName("t1", "rand") || len(m.Layers) != 2 || !strings.HasPrefix(m.Source, "docker-archive (id sha256:") || progress == 0 {
 		t.Errorf("manifest %+v, %d progress events", m, progress)
 	}
-	if _, err := imp.Import(context.Background(), api.ImportRequest{Name: "x", Format: "zip", Path: archive}, nil); err == nil {
+	if _, err := imp.Import(context.Background(), registry.ImportRequest{Name: "x", Format: "zip", Path: archive}, nil); err == nil {
 		t.Error("an unknown format was accepted")
 	}
 }

@@ -18,14 +18,13 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/store"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // mountTmpfs mounts a tmpfs of size bytes on a new directory (root only).
 func mountTmpfs(t *testing.T, size int) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
+	testutil.RequireRoot(t, "mounting a tmpfs needs root")
 	dir := t.TempDir()
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0711", size)); err != nil {
 		t.Skipf("mount tmpfs: %v", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/auth"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/secrets"
 	"github.com/airlock-sandbox/airlock/internal/store/sqlitestore"
 )
 
@@ -92,13 +93,17 @@ func secureDataDir(dataDir string) error {
 }
 
 // state is what the daemon keeps in its data directory besides sandboxes
-// and templates: the store, the audit log over it, the API keys and the
-// audit checkpoint signer.
+// and templates: the store, the audit log over it, the API keys, the
+// audit checkpoint signer and the secret store.
 type state struct {
 	store  *sqlitestore.Store
 	audit  *audit.Log
 	keys   *auth.Service
 	signer *audit.Signer
+	// secrets is the encrypted secret store. Only the daemon's own users
+	// of values (the egress edge, the tool gateway) get a
+	// secrets.NewReader over it, never the API.
+	secrets *secrets.Store
 	// adminKey is the operator key created by this start ("" if one
 	// existed).
 	adminKey string
@@ -106,7 +111,7 @@ type state struct {
 
 // openState secures the data directory (secureDataDir) and opens the
 // state in it, creating what a new installation lacks: the database, the
-// first operator key and the checkpoint signing key.
+// first operator key, the checkpoint signing key and the secrets key.
 func openState(ctx context.Context, cfg Config, log *slog.Logger) (_ *state, err error) {
 	if err := secureDataDir(cfg.DataDir); err != nil {
 		return nil, err
@@ -140,6 +145,10 @@ func openState(ctx context.Context, cfg Config, log *slog.Logger) (_ *state, err
 	}
 	if created {
 		log.Info("created the audit checkpoint key", "key_id", s.signer.Public().ID())
+	}
+	s.secrets, err = openSecrets(ctx, cfg.DataDir, os.Getenv(secrets.KeyEnv), s.store, log.With("component", "secrets"))
+	if err != nil {
+		return nil, err
 	}
 	return s, nil
 }

@@ -9,14 +9,15 @@ import (
 	"path/filepath"
 	"sync/atomic"
 
-	"github.com/airlock-sandbox/airlock/internal/api"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/template"
 	"github.com/airlock-sandbox/airlock/internal/template/build"
 	"github.com/airlock-sandbox/airlock/internal/template/layers"
 	"github.com/airlock-sandbox/airlock/internal/template/oci"
+	"github.com/airlock-sandbox/airlock/internal/template/registry"
 )
 
 // Template directories under <data-dir>/templates (the host template's
@@ -79,9 +80,17 @@ func registerStored(reg *template.Registry, store *layers.Store, log *slog.Logge
 	return nil
 }
 
-// templateRoutes builds the API's template configuration: the builder
-// (RUN steps run on rt) and an emptied directory for build contexts.
-func templateRoutes(dataDir string, ts *templateStore, rt runtime.Runtime, reg *template.Registry, log *slog.Logger) (*api.Templates, error) {
+// tenants is what the template service asks of the tenant store.
+type tenants interface {
+	// GetTenant returns a tenant, a deleted one included (DeletedAt set).
+	GetTenant(ctx context.Context, id string) (store.Tenant, error)
+}
+
+// templateService builds the template service the API calls: the builder
+// (RUN steps run on rt), the importer, an emptied directory for uploads,
+// and the tenant check that keeps a deleted tenant's builds from
+// registering.
+func templateService(dataDir string, ts *templateStore, rt runtime.Runtime, reg *template.Registry, tn tenants, log *slog.Logger) (*registry.Service, error) {
 	b, err := build.New(build.Config{
 		Store:     ts.store,
 		Runtime:   rt,
@@ -99,23 +108,37 @@ func templateRoutes(dataDir string, ts *templateStore, rt runtime.Runtime, reg *
 	if err := os.MkdirAll(contexts, 0o700); err != nil {
 		return nil, fmt.Errorf("build contexts: %w", err)
 	}
-	return &api.Templates{
+	return registry.New(registry.Config{
 		Registry:   reg,
 		Store:      ts.store,
 		Builder:    builder{b},
 		Importer:   importer{ts.store},
 		ContextDir: contexts,
 		Source:     func(name string) (template.Source, error) { return template.NewStored(ts.store, name) },
-	}, nil
+		OwnerGone:  tenantGone(tn),
+		Log:        log.With("component", "templates"),
+	})
 }
 
-// builder adapts *build.Builder to api.TemplateBuilder.
+// tenantGone reports whether a template owner, a tenant, was deleted (or
+// never was).
+func tenantGone(tn tenants) func(ctx context.Context, owner string) (bool, error) {
+	return func(ctx context.Context, owner string) (bool, error) {
+		t, err := tn.GetTenant(ctx, owner)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return true, nil
+		}
+		return err == nil && !t.DeletedAt.IsZero(), err
+	}
+}
+
+// builder adapts *build.Builder to registry.Builder.
 type builder struct{ b *build.Builder }
 
-var _ api.TemplateBuilder = builder{}
+var _ registry.Builder = builder{}
 
 // Build runs req; set-id bits are stripped unless allowed.
-func (b builder) Build(ctx context.Context, req api.BuildRequest, events func(api.BuildEvent)) (layers.Manifest, error) {
+func (b builder) Build(ctx context.Context, req registry.BuildRequest, events func(registry.Event)) (layers.Manifest, error) {
 	breq := build.Request{
 		Name:        req.Name,
 		Owner:       req.Owner,
@@ -135,7 +158,7 @@ func (b builder) Build(ctx context.Context, req api.BuildRequest, events func(ap
 	var f func(build.Event)
 	if events != nil {
 		f = func(ev build.Event) {
-			events(api.BuildEvent{
+			events(registry.Event{
 				Type: ev.Type, Step: ev.Step, Steps: ev.Steps, Instruction: ev.Instruction, Text: ev.Text,
 				Layer: ev.Layer, Layers: ev.Layers, Done: ev.Done, Total: ev.Total,
 			})
@@ -144,19 +167,19 @@ func (b builder) Build(ctx context.Context, req api.BuildRequest, events func(ap
 	return b.b.Build(ctx, breq, f)
 }
 
-// importer adapts oci's archive and layout import to api.TemplateImporter.
+// importer adapts oci's archive and layout import to registry.Importer.
 type importer struct{ store *layers.Store }
 
-var _ api.TemplateImporter = importer{}
+var _ registry.Importer = importer{}
 
 // Import imports req's archive or layout into the store under the
 // template's store name; set-id bits are stripped unless allowed.
-func (i importer) Import(ctx context.Context, req api.ImportRequest, events func(api.BuildEvent)) (layers.Manifest, error) {
+func (i importer) Import(ctx context.Context, req registry.ImportRequest, events func(registry.Event)) (layers.Manifest, error) {
 	opts := oci.Options{Replace: req.Replace, AllowSetuid: req.AllowSetuid, StripSetuid: !req.AllowSetuid}
 	if events != nil {
 		opts.Progress = func(p oci.Progress) {
 			if !p.Skipped {
-				events(api.BuildEvent{Type: "progress", Step: 1, Steps: 1, Layer: p.Layer, Layers: p.Layers, Done: p.Done, Total: p.Total})
+				events(registry.Event{Type: "progress", Step: 1, Steps: 1, Layer: p.Layer, Layers: p.Layers, Done: p.Done, Total: p.Total})
 			}
 		}
 	}
@@ -164,9 +187,9 @@ func (i importer) Import(ctx context.Context, req api.ImportRequest, events func
 	var res oci.Result
 	var err error
 	switch req.Format {
-	case api.ImportDockerArchive:
+	case registry.ImportDockerArchive:
 		res, err = oci.ImportArchive(ctx, i.store, name, req.Path, req.Tag, opts)
-	case api.ImportOCILayout:
+	case registry.ImportOCILayout:
 		res, err = oci.ImportLayout(ctx, i.store, name, req.Path, req.Tag, opts)
 	default:
 		err = fmt.Errorf("image archive format %q: %w", req.Format, errdefs.ErrInvalidArgument)

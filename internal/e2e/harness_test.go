@@ -22,12 +22,11 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // Package state set up by TestMain.
 var (
-	// skipReason, when set, makes every test skip.
-	skipReason string
 	// binPath is the airlock binary under test.
 	binPath string
 	// rootDir holds the binary, every data directory and the daemon
@@ -200,8 +199,7 @@ func TestMain(m *testing.M) {
 func testMain(m *testing.M) int {
 	flag.Parse()
 	if os.Geteuid() != 0 {
-		skipReason = "the end-to-end tests run a real daemon, which must run as root (it creates namespaces, cgroups and mounts)"
-		return m.Run()
+		return m.Run() // every test skips, or fails, in newEnvWith
 	}
 	var err error
 	rootDir, err = os.MkdirTemp("", "airlock-e2e-")
@@ -460,9 +458,7 @@ func newEnv(t *testing.T, args ...string) *env {
 // newEnvWith is newEnv with options.
 func newEnvWith(t *testing.T, opts envOptions, args ...string) *env {
 	t.Helper()
-	if skipReason != "" {
-		t.Skip(skipReason)
-	}
+	testutil.RequireRoot(t, "the end-to-end tests run a real daemon, which must run as root (it creates namespaces, cgroups and mounts)")
 	if opts.container && !containerShape {
 		if _, err := v2Mount(); err != nil {
 			t.Skipf("a daemon in a container's cgroup: %v", err)

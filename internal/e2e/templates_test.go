@@ -27,6 +27,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // shellFiles returns the host's /bin/sh with the shared libraries it
@@ -67,32 +68,20 @@ func shellFiles(t *testing.T) map[string][]byte {
 // added), each with mode 0755.
 func layerTar(t *testing.T, files map[string][]byte) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
 	dirs := map[string]bool{}
 	for p := range files {
 		for d := filepath.Dir(p); d != "." && !dirs[d]; d = filepath.Dir(d) {
 			dirs[d] = true
 		}
 	}
+	var entries []testutil.Entry
 	for _, d := range slices.Sorted(maps.Keys(dirs)) {
-		if err := tw.WriteHeader(&tar.Header{Name: d + "/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: time.Unix(1700000000, 0)}); err != nil {
-			t.Fatal(err)
-		}
+		entries = append(entries, testutil.Entry{Name: d + "/", Type: tar.TypeDir})
 	}
 	for _, p := range slices.Sorted(maps.Keys(files)) {
-		body := files[p]
-		if err := tw.WriteHeader(&tar.Header{Name: p, Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(body)), ModTime: time.Unix(1700000000, 0)}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(body); err != nil {
-			t.Fatal(err)
-		}
+		entries = append(entries, testutil.Entry{Name: p, Body: string(files[p]), Mode: 0o755})
 	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return testutil.Tar(t, entries...)
 }
 
 // pushTestImage pushes an image of the given layer tars, with env, to the

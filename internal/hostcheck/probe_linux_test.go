@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // TestMain lets the test binary serve as the probe's child, as the airlock
@@ -24,9 +25,7 @@ func TestMain(m *testing.M) {
 // traverse, as it does a real one (0711).
 func traversableDir(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("the namespace probe needs root (CI runs as root)")
-	}
+	testutil.RequireRoot(t, "the namespace probe needs root")
 	dir, err := os.MkdirTemp("", "airlock-hostcheck-")
 	if err != nil {
 		t.Fatal(err)

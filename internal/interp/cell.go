@@ -295,7 +295,7 @@ func (c *codeContext) runCell(ctx context.Context, k *kernel, n int, req RunRequ
 			done = nil
 			interrupted(StatusInterrupted, true)
 		case <-keepalive.C:
-			_, _ = m.sb.Client(c.b.id) // counts as activity of the sandbox
+			_ = m.sb.Touch(c.b.id) // a running cell is activity of the sandbox
 		case <-k.exited:
 			// Everything the stream delivered is in the buffer.
 			for len(cl.events) > 0 {

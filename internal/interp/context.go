@@ -175,13 +175,14 @@ func parseTag(tag string) (parsedTag, bool) {
 // adopt takes over the kernels a previous daemon left in the sandbox (once
 // per box): the newest kernel of each context is attached again, older
 // ones and unreadable tags are killed.
-func (b *box) adopt(ctx context.Context, client *agentclient.Client) error {
+func (b *box) adopt(ctx context.Context) error {
 	b.adoptMu.Lock()
 	defer b.adoptMu.Unlock()
 	if b.adopted {
 		return nil
 	}
-	procs, err := client.List(ctx)
+	sbs := b.m.sb
+	procs, err := sbs.ListProcesses(ctx, b.id)
 	if err != nil {
 		return err
 	}
@@ -210,7 +211,7 @@ func (b *box) adopt(ctx context.Context, client *agentclient.Client) error {
 		newest[t.id] = found{t, p}
 	}
 	for _, pid := range kill {
-		if err := client.Signal(ctx, pid, 9); err != nil {
+		if err := sbs.SignalProcess(ctx, b.id, pid, 9); err != nil {
 			b.m.log.Warn("kill a stray code kernel", "sandbox", b.id, "pid", pid, "err", err)
 		}
 	}
@@ -220,9 +221,9 @@ func (b *box) adopt(ctx context.Context, client *agentclient.Client) error {
 			b: b, id: id, lang: t.lang, cwd: p.Cwd, isDefault: t.isDefault, gen: t.gen,
 			created: p.StartedAt.UTC(), slot: make(chan struct{}, 1),
 		}
-		if err := c.attach(ctx, client, p.PID, t.nonce); err != nil {
+		if err := c.attach(ctx, p.PID, t.nonce); err != nil {
 			b.m.log.Warn("adopt a code kernel", "sandbox", b.id, "context", id, "err", err)
-			_ = client.Signal(ctx, p.PID, 9)
+			_ = sbs.SignalProcess(ctx, b.id, p.PID, 9)
 			continue
 		}
 		b.mu.Lock()

@@ -40,6 +40,7 @@ import (
 	"encoding/base32"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"regexp"
@@ -234,13 +235,26 @@ type End struct {
 }
 
 // Sandboxes is what a Manager needs of the sandbox manager
-// (*sandbox.Manager satisfies it).
+// (*sandbox.Manager satisfies it): its wrapped operations, the only door
+// to a sandbox's agent. Each fails on a sandbox that is unknown or not
+// running and counts as activity for its idle timeout while it runs; a
+// kernel's own stream does not (see sandbox.Manager.StartBackground).
 type Sandboxes interface {
 	// Get returns a snapshot of a sandbox.
 	Get(id string) (sandbox.Sandbox, error)
-	// Client returns a running sandbox's agent client; it counts as
-	// activity for the sandbox's idle timeout.
-	Client(id string) (*agentclient.Client, error)
+	// Touch marks activity on a running sandbox.
+	Touch(id string) error
+	// Exec runs a process to completion.
+	Exec(ctx context.Context, id string, req agentclient.ExecRequest) (*agentclient.ExecResult, error)
+	// StartBackground starts a kernel, with the sandbox's Env merged
+	// under req.Env.
+	StartBackground(ctx context.Context, id string, req agentclient.ExecRequest) (*agentclient.Process, error)
+	// ConnectProcess attaches to a running kernel (adoption).
+	ConnectProcess(ctx context.Context, id string, pid int, stdout, stderr io.Writer) (*agentclient.Process, error)
+	// ListProcesses lists the processes the agent started.
+	ListProcesses(ctx context.Context, id string) ([]agentclient.ProcessInfo, error)
+	// SignalProcess signals a process the agent started, by pid.
+	SignalProcess(ctx context.Context, id string, pid, signal int) error
 }
 
 var _ Sandboxes = (*sandbox.Manager)(nil)
@@ -561,8 +575,8 @@ const sweepEvery = 30 * time.Second
 // box returns the contexts of a running sandbox, adopting the kernels a
 // previous daemon left on first use.
 func (m *Manager) box(ctx context.Context, sandboxID string) (*box, error) {
-	client, err := m.sb.Client(sandboxID)
-	if err != nil {
+	// A use of the sandbox's contexts is activity of the sandbox.
+	if err := m.sb.Touch(sandboxID); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
@@ -589,7 +603,7 @@ func (m *Manager) box(ctx context.Context, sandboxID string) (*box, error) {
 	for _, s := range stale {
 		s.detach()
 	}
-	if err := b.adopt(ctx, client); err != nil {
+	if err := b.adopt(ctx); err != nil {
 		return nil, err
 	}
 	return b, nil

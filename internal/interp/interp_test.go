@@ -620,3 +620,36 @@ func TestAdoptionAndSandboxEnd(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestIdleTimeoutWithContexts: a running cell keeps its sandbox from its
+// idle timeout (the keepalive marks activity through the sandbox
+// manager), while a kernel that waits for its next cell does not (its
+// stream, started with StartBackground, is not activity).
+func TestIdleTimeoutWithContexts(t *testing.T) {
+	need(t, Bash)
+	e := newEnv(t, Limits{})
+	ctx := context.Background()
+	sb, err := e.sbm.Create(ctx, sandbox.Spec{IdleTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Longer than the idle timeout, with no other request meanwhile.
+	if o := e.run(sb.ID, RunRequest{Language: Bash, Code: "sleep 4.5; echo done"}); o.end.Status != StatusOK || o.stdout != "done\n" {
+		t.Fatalf("a cell longer than the idle timeout: %+v %+v", o.end, o.err)
+	}
+	if got, err := e.sbm.Get(sb.ID); err != nil || got.State != sandbox.StateRunning {
+		t.Fatalf("the sandbox after a long cell: %+v, %v", got, err)
+	}
+	// The kernel waits; the sandbox ends idle.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := e.sbm.Get(sb.ID)
+		if err == nil && got.EndReason == sandbox.EndIdle {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a sandbox whose only use is an idle code context did not end idle: %+v, %v", got, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -48,9 +48,10 @@ func nextCellID() uint64 { return cellIDBase + cellSeq.Add(1) }
 type kernel struct {
 	m         *Manager
 	sandboxID string
-	client    *agentclient.Client
-	pid       int
-	cancel    context.CancelFunc // ends the output stream (not the process)
+	// proc is the driver's process handle, set once Start or Connect
+	// returned it (the stream may deliver output before).
+	proc   atomic.Pointer[agentclient.Process]
+	cancel context.CancelFunc // ends the output stream (not the process)
 
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -91,11 +92,11 @@ func newNonce() string {
 
 // newKernel returns a kernel for c and the context of its output stream
 // (ended by k.cancel).
-func newKernel(c *codeContext, client *agentclient.Client, nonce string) (*kernel, context.Context) {
+func newKernel(c *codeContext, nonce string) (*kernel, context.Context) {
 	m := c.b.m
 	sctx, cancel := context.WithCancel(context.Background())
 	k := &kernel{
-		m: m, sandboxID: c.b.id, client: client, cancel: cancel,
+		m: m, sandboxID: c.b.id, cancel: cancel,
 		ready: make(chan struct{}), exited: make(chan struct{}),
 	}
 	for i := range k.chans {
@@ -112,16 +113,8 @@ func newKernel(c *codeContext, client *agentclient.Client, nonce string) (*kerne
 // slot held.
 func (c *codeContext) start(ctx context.Context) (*kernel, error) {
 	m := c.b.m
-	client, err := m.sb.Client(c.b.id)
-	if err != nil {
-		return nil, err
-	}
-	sb, err := m.sb.Get(c.b.id)
-	if err != nil {
-		return nil, err
-	}
-	env := make(map[string]string, len(sb.Env)+len(c.env)+4)
-	maps.Copy(env, sb.Env)
+	// The sandbox manager merges the sandbox's Env under env.
+	env := make(map[string]string, len(c.env)+3)
 	maps.Copy(env, c.env)
 	// The nonce goes to the driver as the first line of its stdin, never
 	// in its environment: /proc/PID/environ keeps the environment the
@@ -136,17 +129,16 @@ func (c *codeContext) start(ctx context.Context) (*kernel, error) {
 	tag := kernelTag(c, c.gen, nonce)
 	c.mu.Unlock()
 
-	k, sctx := newKernel(c, client, nonce)
+	k, sctx := newKernel(c, nonce)
 	// Until the kernel serves, the caller's ctx bounds the start.
 	stop := context.AfterFunc(ctx, k.cancel)
 	defer stop()
-	p, err := client.Start(sctx, agentclient.ExecRequest{
+	p, err := m.sb.StartBackground(sctx, c.b.id, agentclient.ExecRequest{
 		Argv:        drivers[c.lang].argv,
 		Cwd:         c.cwd,
 		Env:         env,
 		Tag:         tag,
 		OpenStdin:   true,
-		Background:  true,
 		OutputLimit: agentOutputBudget,
 		Stdout:      k.chans[0],
 		Stderr:      k.chans[1],
@@ -163,7 +155,7 @@ func (c *codeContext) start(ctx context.Context) (*kernel, error) {
 		res, _ := p.Wait()
 		return nil, startFailure(c.lang, res)
 	}
-	k.pid = p.PID
+	k.proc.Store(p)
 	k.watch(c, p)
 	sendCtx, cancelSend := context.WithTimeout(sctx, m.lim.StartTimeout)
 	err = k.send(sendCtx, []byte(nonce+"\n"))
@@ -212,11 +204,10 @@ func startFailure(lang Language, res *agentclient.ExecResult) error {
 }
 
 // attach adopts the running kernel pid of c (left by a previous daemon).
-func (c *codeContext) attach(ctx context.Context, client *agentclient.Client, pid int, nonce string) error {
-	k, sctx := newKernel(c, client, nonce)
-	k.pid = pid
+func (c *codeContext) attach(ctx context.Context, pid int, nonce string) error {
+	k, sctx := newKernel(c, nonce)
 	stop := context.AfterFunc(ctx, k.cancel)
-	p, err := client.Connect(sctx, pid, k.chans[0], k.chans[1])
+	p, err := c.b.m.sb.ConnectProcess(sctx, c.b.id, pid, k.chans[0], k.chans[1])
 	if !stop() && err == nil {
 		err = fmt.Errorf("adopt context %s: %w", c.id, ctxErr(ctx))
 	}
@@ -224,6 +215,7 @@ func (c *codeContext) attach(ctx context.Context, client *agentclient.Client, pi
 		k.cancel()
 		return err
 	}
+	k.proc.Store(p)
 	k.readyOnce.Do(func() { close(k.ready) })
 	k.watch(c, p)
 	c.mu.Lock()
@@ -284,25 +276,29 @@ func (k *kernel) isExited() bool {
 	}
 }
 
-// send writes a command to the driver's stdin.
+// send writes a command to the driver's stdin. Call once the kernel has
+// its handle.
 func (k *kernel) send(ctx context.Context, b []byte) error {
+	p := k.proc.Load()
 	if len(b) <= 1<<20 {
-		return k.client.SendInput(ctx, k.pid, b)
+		return p.SendInput(ctx, b)
 	}
-	return k.client.StreamInput(ctx, k.pid, bytes.NewReader(b))
+	return p.StreamInput(ctx, bytes.NewReader(b))
 }
 
 // interrupt sends SIGINT to the kernel's process group: the driver and
 // every child it did not move to a group of its own. The agent signals
-// only a process's main pid, so this runs `kill` in the sandbox.
+// only a process's main pid, so this runs `kill` in the sandbox. Call
+// once the kernel has its handle.
 func (k *kernel) interrupt(ctx context.Context) error {
 	if k.isExited() {
 		return nil
 	}
+	p := k.proc.Load()
 	ctx, cancel := context.WithTimeout(ctx, signalTimeout)
 	defer cancel()
-	res, err := k.client.Exec(ctx, agentclient.ExecRequest{
-		Shell:   fmt.Sprintf("kill -s INT -- -%d", k.pid),
+	res, err := k.m.sb.Exec(ctx, k.sandboxID, agentclient.ExecRequest{
+		Shell:   fmt.Sprintf("kill -s INT -- -%d", p.PID),
 		Timeout: signalTimeout,
 	})
 	if err != nil {
@@ -310,21 +306,26 @@ func (k *kernel) interrupt(ctx context.Context) error {
 	}
 	if res.Status != agentclient.StatusSuccess && !k.isExited() {
 		// No shell or no kill: signal the driver alone.
-		return k.client.Signal(ctx, k.pid, 2)
+		return p.Signal(ctx, 2)
 	}
 	return nil
 }
 
-// kill kills the kernel's process tree; if the agent cannot be reached,
-// it at least ends the stream.
+// kill kills the kernel's process tree; if the agent cannot be reached
+// (or the kernel has no handle yet), it at least ends the stream.
 func (k *kernel) kill() {
 	if k.isExited() {
 		return
 	}
+	p := k.proc.Load()
+	if p == nil {
+		k.cancel()
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), signalTimeout)
 	defer cancel()
-	if err := k.client.Signal(ctx, k.pid, 9); err != nil && !k.isExited() {
-		k.m.log.Debug("kill code kernel", "sandbox", k.sandboxID, "pid", k.pid, "err", err)
+	if err := p.Signal(ctx, 9); err != nil && !k.isExited() {
+		k.m.log.Debug("kill code kernel", "sandbox", k.sandboxID, "pid", p.PID, "err", err)
 		k.cancel()
 	}
 }

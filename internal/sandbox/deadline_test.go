@@ -12,6 +12,18 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
+// agentOf returns the agent client of sandbox id, which must be running.
+func agentOf(t *testing.T, m *Manager, id string) *agentclient.Client {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, ok := m.records[id]
+	if !ok || rec.sb.State != StateRunning {
+		t.Fatalf("sandbox %s is not running", id)
+	}
+	return rec.client
+}
+
 // agentDeadlineIn asks the agent of sandbox id how long until it ends the
 // sandbox by itself; ok is false when it has no deadline.
 func agentDeadlineIn(t *testing.T, c *agentclient.Client) (time.Duration, bool) {
@@ -34,11 +46,7 @@ func wantAgentDeadline(t *testing.T, m *Manager, id, what string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := m.Client(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	left, ok := agentDeadlineIn(t, c)
+	left, ok := agentDeadlineIn(t, agentOf(t, m, id))
 	want := time.Until(sb.ExpiresAt.Add(m.cfg.DeadlineGrace))
 	if !ok || (left-want).Abs() > time.Second {
 		t.Errorf("%s: the agent ends the sandbox in %v (set %v), want %v: its expiry plus the grace", what, left, ok, want.Round(time.Millisecond))
@@ -87,8 +95,7 @@ func TestAgentDeadlineFollowsExpiry(t *testing.T) {
 
 	// A SetTimeout cut by a crash after it told the agent: the next
 	// manager gives the agent the record's deadline again.
-	c, _ := m.Client(cold.ID)
-	if _, _, err := c.SetDeadline(ctx, time.Now().Add(90*time.Minute)); err != nil {
+	if _, _, err := agentOf(t, m, cold.ID).SetDeadline(ctx, time.Now().Add(90*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	crash(m)

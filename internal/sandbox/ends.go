@@ -137,10 +137,13 @@ func (m *Manager) dropLocked(rec *record) {
 }
 
 // notRunningErr is the error of an operation on rec, which is not
-// running: retry for an adopting sandbox, otherwise a failed precondition
-// that says what became of it. Call with Manager.mu held.
-func (r *record) notRunningErr() error {
-	sb := &r.sb
+// running. Call with Manager.mu held.
+func (r *record) notRunningErr() error { return r.sb.notRunningErr() }
+
+// notRunningErr is the error of an operation on sb, which is not running:
+// retry for an adopting sandbox, otherwise a failed precondition that
+// says what became of it.
+func (sb *Sandbox) notRunningErr() error {
 	switch {
 	case sb.State == StateAdopting:
 		return fmt.Errorf("sandbox %s is being adopted by the restarted daemon; retry in a moment: %w", sb.ID, errdefs.ErrUnavailable)

@@ -753,19 +753,6 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration) (S
 	return rec.snapshot(), nil
 }
 
-// Client returns the agent client of a running sandbox, for calls the
-// Manager does not wrap (PTY, watch, signals). It counts as activity.
-// The client belongs to the Manager: do not Close it. Note that the
-// sandbox's Env is applied only by Exec and StartProcess.
-func (m *Manager) Client(id string) (*agentclient.Client, error) {
-	rec, done, err := m.acquire(id)
-	if err != nil {
-		return nil, err
-	}
-	done()
-	return rec.client, nil
-}
-
 // acquire marks an operation on sandbox id as in flight (so the idle
 // reaper leaves it alone) and returns the record and the function that
 // ends the operation.

@@ -209,8 +209,8 @@ func TestCreateExecDestroy(t *testing.T) {
 	if st, err := m.Stats(ctx, sb.ID); err != nil {
 		t.Errorf("Stats: %v (%+v)", err, st)
 	}
-	if c, err := m.Client(sb.ID); err != nil || c == nil {
-		t.Errorf("Client = %v, %v", c, err)
+	if err := m.Touch(sb.ID); err != nil {
+		t.Errorf("Touch: %v", err)
 	}
 
 	if err := m.Destroy(ctx, sb.ID); err != nil {
@@ -331,7 +331,7 @@ func TestIdleTimeout(t *testing.T) {
 	}
 	// Activity keeps it alive well past the idle timeout.
 	for range 15 {
-		if _, err := m.Client(sb.ID); err != nil {
+		if err := m.Touch(sb.ID); err != nil {
 			t.Fatalf("sandbox reaped while active: %v", err)
 		}
 		time.Sleep(30 * time.Millisecond)

@@ -4,16 +4,18 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 )
 
-// Operations on a running sandbox. Each counts as activity for the idle
-// reaper for as long as it runs, and fails with ErrNotFound for an unknown
-// sandbox and ErrFailedPrecondition for one that is not running. Errors
-// from the agent keep their class (see agentclient).
+// Operations on a running sandbox (its files here, its processes in
+// process.go). Each counts as activity for the idle reaper for as long as
+// it runs, and fails with ErrNotFound for an unknown sandbox and
+// ErrFailedPrecondition for one that is not running. Errors from the
+// agent keep their class (see agentclient).
 
 // mergeEnv returns base overlaid with over (over wins). It returns over
 // itself when base is empty.
@@ -38,38 +40,6 @@ func (m *Manager) withEnv(rec *record, req agentclient.ExecRequest) agentclient.
 	m.mu.Unlock()
 	req.Env = mergeEnv(base, req.Env)
 	return req
-}
-
-// Exec runs a process to completion in sandbox id (see
-// agentclient.Client.Exec); the sandbox's Env is merged under req.Env.
-func (m *Manager) Exec(ctx context.Context, id string, req agentclient.ExecRequest) (*agentclient.ExecResult, error) {
-	rec, done, err := m.acquire(id)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	return rec.client.Exec(ctx, m.withEnv(rec, req))
-}
-
-// StartProcess starts a process in sandbox id and returns once it runs
-// (see agentclient.Client.Start); the sandbox's Env is merged under
-// req.Env. The sandbox counts as active until the process's output
-// stream ends.
-func (m *Manager) StartProcess(ctx context.Context, id string, req agentclient.ExecRequest) (*agentclient.Process, error) {
-	rec, done, err := m.acquire(id)
-	if err != nil {
-		return nil, err
-	}
-	p, err := rec.client.Start(ctx, m.withEnv(rec, req))
-	if err != nil {
-		done()
-		return nil, err
-	}
-	go func() {
-		_, _ = p.Wait()
-		done()
-	}()
-	return p, nil
 }
 
 // ReadFile streams the file at path in sandbox id into w. The file
@@ -163,4 +133,66 @@ func (m *Manager) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 		return runtime.Stats{}, fmt.Errorf("sandbox %s is %s: %w", id, state, errdefs.ErrFailedPrecondition)
 	}
 	return rec.inst.Stats(ctx)
+}
+
+// agentProbeTimeout bounds the ping of Ended, which tells a dead agent
+// from a slow one.
+const agentProbeTimeout = time.Second
+
+// Ended explains why an operation on sandbox id failed when the error it
+// got (a cut agent stream: internal, unavailable) hides the cause: it
+// returns the error that says why the sandbox can no longer serve it, or
+// nil if, as far as the manager can tell, it still can. A sandbox the
+// manager still lists as running is pinged: an agent that refuses the
+// connection is gone (a slow one only times out, and is not called
+// ended). The errors are failed preconditions worded for the request
+// that failed ("... while the request ran"). Ended does not count as
+// activity.
+func (m *Manager) Ended(ctx context.Context, id string) error {
+	c, ended := m.endedState(id)
+	if c == nil {
+		return ended
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), agentProbeTimeout)
+	defer cancel()
+	_, err := c.Info(pctx)
+	if err == nil || pctx.Err() != nil || errdefs.Class(err) == errdefs.ErrTimeout {
+		return nil
+	}
+	if c, ended := m.endedState(id); c == nil {
+		return ended
+	}
+	return fmt.Errorf("sandbox %s has ended: its agent stopped while the request ran: %w", id, errdefs.ErrFailedPrecondition)
+}
+
+// endedState returns the agent client of sandbox id while the manager
+// lists it as running, and otherwise the error that says what became of
+// it: why it ended (its EndReason: deleted, expired, idle, its agent
+// died...), as far as the manager still knows. Both are nil for a running
+// sandbox of a manager that is shut down (nothing can be told).
+func (m *Manager) endedState(id string) (*agentclient.Client, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, ok := m.records[id]
+	if !ok {
+		// Its record is gone already (Config.EndedRetention).
+		return nil, fmt.Errorf("sandbox %s ended while the request ran and is gone: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	sb := &rec.sb
+	switch {
+	case sb.State == StateRunning:
+		if m.usableLocked() != nil {
+			return nil, nil
+		}
+		return rec.client, nil
+	case sb.EndReason == EndDeleted:
+		return nil, fmt.Errorf("sandbox %s was deleted while the request ran: %w", id, errdefs.ErrFailedPrecondition)
+	case sb.State == StateFailed && sb.Error != "":
+		return nil, fmt.Errorf("sandbox %s ended while the request ran (%s): %w", id, sb.Error, errdefs.ErrFailedPrecondition)
+	case sb.EndReason != "":
+		return nil, fmt.Errorf("sandbox %s ended while the request ran (%s): %w", id, EndWords(sb.EndReason), errdefs.ErrFailedPrecondition)
+	case sb.State == StateFailed:
+		return nil, fmt.Errorf("sandbox %s ended while the request ran (it failed): %w", id, errdefs.ErrFailedPrecondition)
+	}
+	return nil, fmt.Errorf("sandbox %s is %s: %w", id, sb.State, errdefs.ErrFailedPrecondition)
 }

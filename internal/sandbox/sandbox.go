@@ -268,6 +268,10 @@ type Config struct {
 	// expiry, idle timeout, a dead agent, recovery (see EndRecorder);
 	// the daemon records them in the audit log.
 	Ends EndRecorder
+	// Records, if set, keeps the durable record of every sandbox created
+	// for a caller, with the tenant's quota checked atomically at create
+	// (see RecordStore, RecordCreated, RecordStopped and SyncRecords).
+	Records RecordStore
 }
 
 // withDefaults returns c with zero fields set to their defaults.

@@ -1,5 +1,6 @@
 // Package store is Airlock's durable state: tenants, API keys, the record of
-// every sandbox the API created or destroyed, and the rows of the audit log.
+// every sandbox the API created or destroyed, the rows of the audit log and
+// the encrypted rows of internal/secrets.
 //
 // The Store interface is what the rest of the daemon uses. It speaks only
 // in the plain Go types of this package (no driver types), so that a
@@ -38,6 +39,7 @@ type Store interface {
 	KeyStore
 	SandboxStore
 	AuditStore
+	SecretStore
 	// Close releases the store. Calls after Close fail.
 	Close() error
 }
@@ -53,8 +55,8 @@ type TenantStore interface {
 	// UpdateTenant replaces the name and quota of an existing tenant;
 	// ErrNotFound for a deleted one.
 	UpdateTenant(ctx context.Context, t Tenant) error
-	// DeleteTenant marks the tenant deleted at the given time and revokes
-	// every key of it, in one transaction. It is ErrNotFound for a
+	// DeleteTenant marks the tenant deleted at the given time, revokes
+	// every key of it and deletes its secrets, in one transaction. It is ErrNotFound for a
 	// missing or already deleted tenant and ErrFailedPrecondition while
 	// the tenant has an active sandbox record (state other than
 	// SandboxStopped). A deleted tenant's row stays (GetTenant and
@@ -132,6 +134,35 @@ type AuditStore interface {
 	ListAudit(ctx context.Context, q AuditQuery) ([]AuditRecord, error)
 }
 
+// SecretStore keeps the rows of internal/secrets. It never sees a
+// secret's value, only the ciphertext internal/secrets sealed, which it
+// stores and returns as opaque bytes; encryption, keys and the value
+// caps live in internal/secrets.
+type SecretStore interface {
+	// PutSecret inserts r or replaces the tenant's secret of the same
+	// name. The check of the count cap and the write are one atomic step:
+	// a new name is ErrResourceExhausted when the tenant already has
+	// maxPerTenant secrets (1-MaxSecretsPerTenant); replacing an existing
+	// one always succeeds. An insert stores Version 1 and CreatedAt; a
+	// replacement keeps CreatedAt and increments Version. It returns the
+	// stored row without its ciphertext. ErrNotFound for an unknown or
+	// deleted tenant.
+	PutSecret(ctx context.Context, r SecretRecord, maxPerTenant int) (SecretRecord, error)
+	// GetSecret returns the tenant's secret of this name, ciphertext
+	// included, or ErrNotFound.
+	GetSecret(ctx context.Context, tenantID, name string) (SecretRecord, error)
+	// ListSecrets returns the tenant's secrets without their ciphertext,
+	// ordered by name.
+	ListSecrets(ctx context.Context, tenantID string) ([]SecretRecord, error)
+	// DeleteSecret removes the tenant's secret of this name; ErrNotFound
+	// if there is none.
+	DeleteSecret(ctx context.Context, tenantID, name string) error
+	// CountSecretsByKey counts the secrets of every tenant by the ID of
+	// the key that sealed them, so that the daemon can tell whether a
+	// key is still needed.
+	CountSecretsByKey(ctx context.Context) (map[string]int, error)
+}
+
 // Caps on stored values.
 const (
 	MaxIDBytes           = 64
@@ -146,6 +177,17 @@ const (
 	maxScopes            = 32
 	hashHexLen           = 64
 	maxQuota             = 1 << 20
+	// MaxSecretNameBytes, MaxSecretDescriptionBytes, MaxSecretKeyIDBytes
+	// and MaxSecretCiphertextBytes cap a SecretRecord: the ciphertext cap
+	// leaves room for internal/secrets' 64 KiB values with their header,
+	// nonce and tag.
+	MaxSecretNameBytes        = 128
+	MaxSecretDescriptionBytes = 1024
+	MaxSecretKeyIDBytes       = 64
+	MaxSecretCiphertextBytes  = 64<<10 + 1024
+	// MaxSecretsPerTenant is the highest count cap PutSecret accepts, so
+	// that ListSecrets stays bounded.
+	MaxSecretsPerTenant = 1000
 )
 
 // The range of times the store keeps: nanoseconds since 1970 fit an
@@ -550,4 +592,74 @@ func NormalizeScopes(scopes []string) []string {
 	out := slices.Clone(scopes)
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// secretNamePattern is what a secret's name looks like: an identifier
+// that can also name an environment variable or a header template's
+// reference.
+var secretNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]*$`)
+
+// ValidateSecretName reports a secret name the store refuses: it must be
+// 1-128 bytes, start with a letter or '_' and go on with letters, digits,
+// '_', '.' or '-'.
+func ValidateSecretName(name string) error {
+	if name == "" || len(name) > MaxSecretNameBytes || !secretNamePattern.MatchString(name) {
+		return fmt.Errorf("secret name %q: must be 1-%d letters, digits, '_', '.' or '-', starting with a letter or '_': %w",
+			Clip(name), MaxSecretNameBytes, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// SecretRecord is one stored secret: its metadata and the ciphertext that
+// internal/secrets sealed (the value never reaches the store).
+type SecretRecord struct {
+	TenantID    string
+	Name        string
+	Description string
+	// KeyID names the key that sealed Ciphertext.
+	KeyID string
+	// Ciphertext is opaque to the store; nil in what ListSecrets and
+	// PutSecret return.
+	Ciphertext []byte
+	// Version is 1 for a new secret and grows by one at each
+	// replacement; PutSecret sets it.
+	Version   int64
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Validate reports a field the store refuses.
+func (r SecretRecord) Validate() error {
+	if err := validID("tenant", r.TenantID); err != nil {
+		return err
+	}
+	if err := ValidateSecretName(r.Name); err != nil {
+		return err
+	}
+	if err := validText("secret description", r.Description, MaxSecretDescriptionBytes, false); err != nil {
+		return err
+	}
+	if r.KeyID == "" || len(r.KeyID) > MaxSecretKeyIDBytes || !idPattern.MatchString(r.KeyID) {
+		return fmt.Errorf("secret key ID %q is malformed: %w", Clip(r.KeyID), errdefs.ErrInvalidArgument)
+	}
+	if len(r.Ciphertext) == 0 || len(r.Ciphertext) > MaxSecretCiphertextBytes {
+		return fmt.Errorf("secret ciphertext must be 1-%d bytes: %w", MaxSecretCiphertextBytes, errdefs.ErrInvalidArgument)
+	}
+	if r.CreatedAt.IsZero() || r.UpdatedAt.IsZero() {
+		return fmt.Errorf("secret creation and update times are required: %w", errdefs.ErrInvalidArgument)
+	}
+	for _, t := range []time.Time{r.CreatedAt, r.UpdatedAt} {
+		if err := checkTime("secret time", t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ValidateSecretCap reports a count cap PutSecret refuses.
+func ValidateSecretCap(maxPerTenant int) error {
+	if maxPerTenant < 1 || maxPerTenant > MaxSecretsPerTenant {
+		return fmt.Errorf("secret count cap %d out of range 1-%d: %w", maxPerTenant, MaxSecretsPerTenant, errdefs.ErrInvalidArgument)
+	}
+	return nil
 }

@@ -1,7 +1,6 @@
 package template
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/template/layers"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 func TestStoreNamePatternMatches(t *testing.T) {
@@ -25,22 +25,8 @@ func TestStoreNamePatternMatches(t *testing.T) {
 	}
 }
 
-func oneFileTar(t *testing.T, name, body string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg})
-	tw.Write([]byte(body))
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
 func TestStored(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: layer extraction keeps file owners")
-	}
+	testutil.RequireRoot(t, "needs root: layer extraction keeps file owners")
 	ctx := context.Background()
 	store, err := layers.Open(filepath.Join(t.TempDir(), "templates"), layers.Options{})
 	if err != nil {
@@ -49,7 +35,7 @@ func TestStored(t *testing.T) {
 	lease := store.NewLease()
 	var diffIDs []string
 	for _, body := range []string{"lower", "upper"} {
-		info, err := lease.Extract(ctx, bytes.NewReader(oneFileTar(t, body, body)), layers.ExtractOptions{})
+		info, err := lease.Extract(ctx, bytes.NewReader(testutil.Tar(t, testutil.Entry{Name: body, Body: body})), layers.ExtractOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/runtime/runtimetest"
 	"github.com/airlock-sandbox/airlock/internal/template"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // TestMain lets the test binary serve as the sandbox agent: Runtime
@@ -55,9 +56,7 @@ func baseDir(t testing.TB) string {
 
 func requireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("the native runtime needs root (CI runs as root)")
-	}
+	testutil.RequireRoot(t, "the native runtime needs root")
 }
 
 func setupBase(t testing.TB) {

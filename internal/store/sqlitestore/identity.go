@@ -86,9 +86,9 @@ func (s *Store) UpdateTenant(ctx context.Context, t store.Tenant) error {
 }
 
 // DeleteTenant implements store.TenantStore: the check for active
-// sandboxes, the mark and the revocation of the keys are one
-// transaction on the single writer connection, so no sandbox record or
-// key can be created in between.
+// sandboxes, the mark, the revocation of the keys and the deletion of
+// the secrets are one transaction on the single writer connection, so no
+// sandbox record, key or secret can be created in between.
 func (s *Store) DeleteTenant(ctx context.Context, id string, at time.Time) error {
 	if at.IsZero() {
 		at = time.Now()
@@ -116,6 +116,9 @@ func (s *Store) DeleteTenant(ctx context.Context, id string, at time.Time) error
 		if _, err := tx.ExecContext(ctx, "UPDATE api_keys SET revoked_at = ? WHERE tenant_id = ? AND revoked_at IS NULL",
 			nanos(at), id); err != nil {
 			return fmt.Errorf("delete tenant %s: revoke keys: %w", id, wrap(err))
+		}
+		if _, err := tx.ExecContext(ctx, "DELETE FROM secrets WHERE tenant_id = ?", id); err != nil {
+			return fmt.Errorf("delete tenant %s: delete secrets: %w", id, wrap(err))
 		}
 		return nil
 	})

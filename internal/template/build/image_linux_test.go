@@ -30,32 +30,20 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/template/oci"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // testImage is a one-layer image without a shell: /app and /data owned
 // by the sandbox user, /etc/os-release.
 func testImage(t *testing.T) v1.Image {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, h := range []*tar.Header{
-		{Name: "app/", Typeflag: tar.TypeDir, Mode: 0o755, Uid: account.SandboxUID, Gid: account.SandboxGID},
-		{Name: "data/", Typeflag: tar.TypeDir, Mode: 0o755, Uid: account.SandboxUID, Gid: account.SandboxGID},
-		{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755},
-		{Name: "etc/os-release", Typeflag: tar.TypeReg, Mode: 0o644, Size: 5},
-	} {
-		h.ModTime = time.Unix(1700000000, 0)
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if h.Size > 0 {
-			tw.Write([]byte("image"))
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
+	b := testutil.Tar(t,
+		testutil.Entry{Name: "app/", Type: tar.TypeDir, UID: account.SandboxUID, GID: account.SandboxGID},
+		testutil.Entry{Name: "data/", Type: tar.TypeDir, UID: account.SandboxUID, GID: account.SandboxGID},
+		testutil.Entry{Name: "etc/", Type: tar.TypeDir},
+		testutil.Entry{Name: "etc/os-release", Body: "image"},
+	)
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
 	if err != nil {
 		t.Fatal(err)
 	}

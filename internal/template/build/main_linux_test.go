@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/template"
 	"github.com/airlock-sandbox/airlock/internal/template/debian"
 	"github.com/airlock-sandbox/airlock/internal/template/layers"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // TestMain lets the test binary serve as the sandbox agent: the runtime
@@ -86,9 +87,7 @@ func (e *testEnv) close() {
 
 func requireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("building templates needs root (CI runs as root)")
-	}
+	testutil.RequireRoot(t, "building templates needs root")
 }
 
 // setup returns the shared environment (without the Debian base).

@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/template/airfile"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 func TestApplyConfig(t *testing.T) {
@@ -209,40 +210,29 @@ func TestOutputLines(t *testing.T) {
 	}
 }
 
-// tarOf builds a tar from headers (regular files get their name as
-// content).
-func tarOf(t testing.TB, hdrs ...*tar.Header) []byte {
+// tarOf builds a tar of entries; regular files get their name as
+// content.
+func tarOf(t testing.TB, entries ...testutil.Entry) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, h := range hdrs {
-		body := ""
-		if h.Typeflag == tar.TypeReg {
-			body = h.Name
-			h.Size = int64(len(body))
+	for i, e := range entries {
+		if e.Type == 0 || e.Type == tar.TypeReg {
+			entries[i].Body = e.Name
 		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		io.WriteString(tw, body)
 	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return testutil.Tar(t, entries...)
 }
 
 func TestFilterChanges(t *testing.T) {
 	in := tarOf(t,
-		&tar.Header{Name: ".airlock/", Typeflag: tar.TypeDir, Mode: 0o755},
-		&tar.Header{Name: ".airlock/bin/", Typeflag: tar.TypeDir, Mode: 0o755},
-		&tar.Header{Name: ".airlock/bin/airlock", Typeflag: tar.TypeReg, Mode: 0o644},
-		&tar.Header{Name: ".wh..airlock", Typeflag: tar.TypeReg},
-		&tar.Header{Name: ".airlockish", Typeflag: tar.TypeReg, Mode: 0o644},
-		&tar.Header{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755},
-		&tar.Header{Name: "etc/.wh.hostname", Typeflag: tar.TypeReg},
-		&tar.Header{Name: "etc/greeting", Typeflag: tar.TypeReg, Mode: 0o600, Uid: 1000, Gid: 1000},
-		&tar.Header{Name: "./.airlock/x", Typeflag: tar.TypeReg},
+		testutil.Entry{Name: ".airlock/", Type: tar.TypeDir, Mode: 0o755},
+		testutil.Entry{Name: ".airlock/bin/", Type: tar.TypeDir, Mode: 0o755},
+		testutil.Entry{Name: ".airlock/bin/airlock", Type: tar.TypeReg, Mode: 0o644},
+		testutil.Entry{Name: ".wh..airlock", Type: tar.TypeReg},
+		testutil.Entry{Name: ".airlockish", Type: tar.TypeReg, Mode: 0o644},
+		testutil.Entry{Name: "etc/", Type: tar.TypeDir, Mode: 0o755},
+		testutil.Entry{Name: "etc/.wh.hostname", Type: tar.TypeReg},
+		testutil.Entry{Name: "etc/greeting", Type: tar.TypeReg, Mode: 0o600, UID: 1000, GID: 1000},
+		testutil.Entry{Name: "./.airlock/x", Type: tar.TypeReg},
 	)
 	var out bytes.Buffer
 	if err := filterChanges(bytes.NewReader(in), &out); err != nil {
@@ -277,8 +267,8 @@ func TestFilterChanges(t *testing.T) {
 // send) to the filter: it must return, and whatever it passes on must be
 // a valid tar without the runtime's directory.
 func FuzzFilterChanges(f *testing.F) {
-	f.Add(tarOf(f, &tar.Header{Name: ".airlock/x", Typeflag: tar.TypeReg}, &tar.Header{Name: "a", Typeflag: tar.TypeReg}))
-	f.Add(tarOf(f, &tar.Header{Name: "../../etc/passwd", Typeflag: tar.TypeSymlink, Linkname: "/"}))
+	f.Add(tarOf(f, testutil.Entry{Name: ".airlock/x", Type: tar.TypeReg}, testutil.Entry{Name: "a", Type: tar.TypeReg}))
+	f.Add(tarOf(f, testutil.Entry{Name: "../../etc/passwd", Type: tar.TypeSymlink, Link: "/"}))
 	f.Add([]byte("not a tar"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var out bytes.Buffer

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/account"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 func TestForwardLines(t *testing.T) {
@@ -82,9 +83,7 @@ func writeFake(t *testing.T, body string) string {
 
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: Build runs mmdebstrap in --mode=root")
-	}
+	testutil.RequireRoot(t, "needs root: Build runs mmdebstrap in --mode=root")
 }
 
 // assertClean checks that a failed build left nothing in dir.

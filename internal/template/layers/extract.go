@@ -101,7 +101,7 @@ func extractTo(ctx context.Context, dir string, r io.Reader, opts ExtractOptions
 	g := &guard{ctxErr: ctx.Err, r: dr, limit: lim.MaxBytes}
 	h := sha256.New()
 	hr := io.TeeReader(g, h)
-	st, err := unpack(ctx, dir, tar.NewReader(hr), opts, lim)
+	st, err := unpack(ctx, dir, tar.NewReader(hr), opts, lim, nil)
 	if err != nil {
 		return "", st, g.cause(err)
 	}
@@ -144,12 +144,15 @@ func decompress(br *bufio.Reader) (io.Reader, func(), error) {
 // guard caps the uncompressed stream at limit bytes and stops it when
 // the import's context ends (ctxErr is its Err method). Its error is kept
 // so that it wins over whatever the tar or decompression layers make of
-// it.
+// it. what names the stream in messages ("layer" when empty); over, if
+// set, makes the error of a stream over limit.
 type guard struct {
 	ctxErr func() error
 	r      io.Reader
 	n      int64
 	limit  int64
+	what   string
+	over   func(limit int64) error
 	err    error
 }
 
@@ -169,17 +172,24 @@ func (g *guard) Read(p []byte) (int, error) {
 	n, err := g.r.Read(p)
 	g.n += int64(n)
 	if g.n > g.limit {
-		g.err = fmt.Errorf("layer is larger than the %d-byte limit (uncompressed): %w", g.limit, errdefs.ErrResourceExhausted)
+		g.err = &LimitError{Msg: fmt.Sprintf("layer is larger than the %d-byte limit (uncompressed)", g.limit)}
+		if g.over != nil {
+			g.err = g.over(g.limit)
+		}
 		return 0, g.err
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
 		if errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrDecoderSizeExceeded) {
 			g.err = fmt.Errorf("zstd layer needs too much memory to decompress: %w", errdefs.ErrResourceExhausted)
 		} else {
-			g.err = fmt.Errorf("read layer: %v: %w", err, errdefs.Class(err))
+			what := g.what
+			if what == "" {
+				what = "layer"
+			}
+			g.err = fmt.Errorf("read %s: %v: %w", what, err, errdefs.Class(err))
 			if errdefs.Class(err) == errdefs.ErrInternal {
 				// Corrupt compressed data, mostly.
-				g.err = fmt.Errorf("read layer: %v: %w", err, errdefs.ErrInvalidArgument)
+				g.err = fmt.Errorf("read %s: %v: %w", what, err, errdefs.ErrInvalidArgument)
 			}
 		}
 		return n, g.err

@@ -530,11 +530,30 @@ func assertTmpEmpty(t *testing.T, s *Store) {
 func TestSparseBomb(t *testing.T) {
 	requireRoot(t)
 	s := openStore(t, nil)
-	// archive/tar's writer drops GNU.sparse records, so the stream is
-	// built by hand: a PAX header, then the entry whose data starts with
-	// the sparse map.
+	buf := bytes.NewBuffer(sparseStream(2 << 30))
+
+	// The stream is a valid sparse entry: the reader sees a 2 GiB file.
+	tr := tar.NewReader(bytes.NewReader(buf.Bytes()))
+	if h, err := tr.Next(); err != nil || h.Size != 2<<30 || h.Name != "big" {
+		t.Fatalf("test stream is not a 2 GiB sparse entry: %+v, %v", h, err)
+	}
+	l := s.NewLease()
+	defer l.Release()
+	_, err := l.Extract(context.Background(), buf, ExtractOptions{Limits: Limits{MaxBytes: 8 << 20}})
+	if !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Fatalf("err = %v, want the size limit (ErrResourceExhausted)", err)
+	}
+	assertTmpEmpty(t, s)
+}
+
+// sparseStream is a tar of one sparse entry (PAX sparse format 1.0),
+// "big", of size bytes with one 512-byte data region at offset 0.
+// archive/tar's writer drops GNU.sparse records, so the stream is built by
+// hand: a PAX header, then the entry whose data starts with the sparse
+// map.
+func sparseStream(size int64) []byte {
 	var records string
-	for _, kv := range [][2]string{{"GNU.sparse.major", "1"}, {"GNU.sparse.minor", "0"}, {"GNU.sparse.name", "big"}, {"GNU.sparse.realsize", strconv.Itoa(2 << 30)}} {
+	for _, kv := range [][2]string{{"GNU.sparse.major", "1"}, {"GNU.sparse.minor", "0"}, {"GNU.sparse.name", "big"}, {"GNU.sparse.realsize", strconv.FormatInt(size, 10)}} {
 		rec := " " + kv[0] + "=" + kv[1] + "\n"
 		n := len(rec)
 		for len(strconv.Itoa(n+len(strconv.Itoa(n))))+len(rec) != n+len(strconv.Itoa(n)) {
@@ -550,19 +569,7 @@ func TestSparseBomb(t *testing.T) {
 	buf.Write(sparseMap)
 	buf.Write(make([]byte, 512))
 	buf.Write(make([]byte, 1024)) // end of archive
-
-	// The stream is a valid sparse entry: the reader sees a 2 GiB file.
-	tr := tar.NewReader(bytes.NewReader(buf.Bytes()))
-	if h, err := tr.Next(); err != nil || h.Size != 2<<30 || h.Name != "big" {
-		t.Fatalf("test stream is not a 2 GiB sparse entry: %+v, %v", h, err)
-	}
-	l := s.NewLease()
-	defer l.Release()
-	_, err := l.Extract(context.Background(), &buf, ExtractOptions{Limits: Limits{MaxBytes: 8 << 20}})
-	if !errors.Is(err, errdefs.ErrResourceExhausted) {
-		t.Fatalf("err = %v, want the size limit (ErrResourceExhausted)", err)
-	}
-	assertTmpEmpty(t, s)
+	return buf.Bytes()
 }
 
 // rawTarHeader returns a ustar header block.

@@ -53,6 +53,10 @@ const (
 // not follow a symlink in the last component either.
 type unpacker struct {
 	root int // O_PATH descriptor of the layer root
+	// tree, if set, unpacks a plain tree (ExtractTree) instead of a
+	// layer: its checks come first, and owners, times, extended
+	// attributes and whiteouts are not kept.
+	tree *treePolicy
 	opts ExtractOptions
 	lim  Limits
 	st   unpackStats
@@ -79,14 +83,15 @@ type dirMeta struct {
 }
 
 // unpack writes the entries of tr below dir, which must be an empty
-// directory that nothing else writes to.
-func unpack(ctx context.Context, dir string, tr *tar.Reader, opts ExtractOptions, lim Limits) (unpackStats, error) {
+// directory that nothing else writes to; tree, if set, makes it a plain
+// tree's extraction (ExtractTree).
+func unpack(ctx context.Context, dir string, tr *tar.Reader, opts ExtractOptions, lim Limits, tree *treePolicy) (unpackStats, error) {
 	root, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return unpackStats{}, fmt.Errorf("open layer directory: %w", err)
 	}
 	u := &unpacker{
-		root: root, opts: opts, lim: lim,
+		root: root, tree: tree, opts: opts, lim: lim,
 		buf:     make([]byte, 1<<20),
 		dirs:    make(map[string]dirMeta),
 		cacheFD: -1,
@@ -101,6 +106,9 @@ func unpack(ctx context.Context, dir string, tr *tar.Reader, opts ExtractOptions
 			break
 		}
 		if err != nil {
+			if u.tree != nil {
+				return u.st, u.tree.badTar(err)
+			}
 			return u.st, fmt.Errorf("layer is not a valid tar archive: %v: %w", err, errdefs.ErrInvalidArgument)
 		}
 		if err := u.entry(hdr, tr); err != nil {
@@ -117,12 +125,17 @@ func (u *unpacker) close() {
 
 // entry writes one tar entry.
 func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
+	if u.tree != nil {
+		if err := u.tree.check(hdr, u.written); err != nil {
+			return err
+		}
+	}
 	if hdr.Typeflag == tar.TypeXGlobalHeader {
 		return nil
 	}
 	u.st.files++
 	if u.st.files > u.lim.MaxFiles {
-		return fmt.Errorf("layer has more than %d entries: %w", u.lim.MaxFiles, errdefs.ErrResourceExhausted)
+		return &LimitError{Msg: fmt.Sprintf("layer has more than %d entries", u.lim.MaxFiles)}
 	}
 	p, err := cleanEntryPath(hdr.Name, u.lim.MaxPathLen)
 	if err != nil {
@@ -134,19 +147,25 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		}
 	}
 	dir, base := splitPath(p)
-	if strings.HasPrefix(base, whiteoutPrefix) {
-		return u.whiteout(p, dir, base)
-	}
-	if hdr.Uid < 0 || hdr.Uid > maxID || hdr.Gid < 0 || hdr.Gid > maxID {
-		return fmt.Errorf("entry %q: owner %d:%d is outside 0..%d: %w", quoteName(p), hdr.Uid, hdr.Gid, maxID, errdefs.ErrInvalidArgument)
-	}
-	mode, err := u.mode(p, hdr)
-	if err != nil {
-		return err
-	}
-	xattrs, err := userXattrs(p, hdr)
-	if err != nil {
-		return err
+	var mode uint32
+	var xattrs map[string]string
+	if u.tree != nil {
+		// Owners and extended attributes are not kept; a ".wh." name is
+		// a plain name.
+		mode = u.tree.mode(hdr)
+	} else {
+		if strings.HasPrefix(base, whiteoutPrefix) {
+			return u.whiteout(p, dir, base)
+		}
+		if hdr.Uid < 0 || hdr.Uid > maxID || hdr.Gid < 0 || hdr.Gid > maxID {
+			return fmt.Errorf("entry %q: owner %d:%d is outside 0..%d: %w", quoteName(p), hdr.Uid, hdr.Gid, maxID, errdefs.ErrInvalidArgument)
+		}
+		if mode, err = u.mode(p, hdr); err != nil {
+			return err
+		}
+		if xattrs, err = userXattrs(p, hdr); err != nil {
+			return err
+		}
 	}
 	if hdr.Typeflag == tar.TypeDir {
 		return u.dir(p, dir, base, hdr, mode, xattrs)
@@ -257,7 +276,7 @@ func (u *unpacker) dir(p, dir, base string, hdr *tar.Header, mode uint32, xattrs
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("entry %q: %w", quoteName(p), pathError(err))
+			return fmt.Errorf("entry %q: %w", quoteName(p), u.pathError(err))
 		}
 	}
 	if _, ok := u.dirs[p]; !ok {
@@ -270,7 +289,7 @@ func (u *unpacker) dir(p, dir, base string, hdr *tar.Header, mode uint32, xattrs
 // regular writes a regular file.
 func (u *unpacker) regular(pfd int, p, base string, hdr *tar.Header, r io.Reader, mode uint32, xattrs map[string]string) error {
 	if hdr.Size < 0 || hdr.Size > u.lim.MaxBytes-u.written {
-		return fmt.Errorf("layer files are larger than the %d-byte limit: %w", u.lim.MaxBytes, errdefs.ErrResourceExhausted)
+		return &LimitError{Msg: fmt.Sprintf("layer files are larger than the %d-byte limit", u.lim.MaxBytes)}
 	}
 	u.written += hdr.Size
 	var fd int
@@ -289,15 +308,19 @@ func (u *unpacker) regular(pfd int, p, base string, hdr *tar.Header, r io.Reader
 	u.st.bytes += n
 	switch {
 	case w.err != nil:
-		return fmt.Errorf("entry %q: write: %w", quoteName(p), pathError(w.err))
+		return fmt.Errorf("entry %q: write: %w", quoteName(p), u.pathError(w.err))
+	case err != nil && u.tree != nil && errdefs.Class(err) == errdefs.ErrInternal:
+		return u.tree.badTar(err) // a short archive
 	case err != nil && errdefs.Class(err) == errdefs.ErrInternal:
 		// A short or corrupt archive.
 		return fmt.Errorf("entry %q: %v: %w", quoteName(p), err, errdefs.ErrInvalidArgument)
 	case err != nil:
 		return fmt.Errorf("entry %q: %w", quoteName(p), err)
 	}
-	if err := unix.Fchown(fd, hdr.Uid, hdr.Gid); err != nil {
-		return fmt.Errorf("entry %q: chown: %w", quoteName(p), err)
+	if u.tree == nil {
+		if err := unix.Fchown(fd, hdr.Uid, hdr.Gid); err != nil {
+			return fmt.Errorf("entry %q: chown: %w", quoteName(p), err)
+		}
 	}
 	// After chown, which clears set-id bits.
 	if err := unix.Fchmod(fd, mode); err != nil {
@@ -308,6 +331,9 @@ func (u *unpacker) regular(pfd int, p, base string, hdr *tar.Header, r io.Reader
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("entry %q: %w", quoteName(p), err)
+	}
+	if u.tree != nil {
+		return nil
 	}
 	return u.times(pfd, p, base, hdr.AccessTime, hdr.ModTime)
 }
@@ -321,6 +347,9 @@ func (u *unpacker) symlink(pfd int, p, base string, hdr *tar.Header) error {
 	}
 	if err := u.create(pfd, p, base, func() error { return unix.Symlinkat(t, pfd, base) }); err != nil {
 		return err
+	}
+	if u.tree != nil {
+		return nil
 	}
 	if err := unix.Fchownat(pfd, base, hdr.Uid, hdr.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return fmt.Errorf("entry %q: chown: %w", quoteName(p), err)
@@ -342,13 +371,13 @@ func (u *unpacker) hardlink(pfd int, p, base string, hdr *tar.Header) error {
 	if tdir != "" {
 		tfd, err = u.resolve(tdir, unix.O_PATH|unix.O_DIRECTORY)
 		if err != nil {
-			return fmt.Errorf("entry %q: hard link target %q is not in this layer: %w", quoteName(p), quoteName(target), errdefs.ErrInvalidArgument)
+			return fmt.Errorf("entry %q: hard link target %q is not in %s: %w", quoteName(p), quoteName(target), u.where(), errdefs.ErrInvalidArgument)
 		}
 		defer unix.Close(tfd)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(tfd, tbase, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return fmt.Errorf("entry %q: hard link target %q is not in this layer: %w", quoteName(p), quoteName(target), errdefs.ErrInvalidArgument)
+		return fmt.Errorf("entry %q: hard link target %q is not in %s: %w", quoteName(p), quoteName(target), u.where(), errdefs.ErrInvalidArgument)
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR, unix.S_IFCHR, unix.S_IFBLK:
@@ -377,17 +406,30 @@ func (u *unpacker) fifo(pfd int, p, base string, hdr *tar.Header, mode uint32) e
 	return u.times(pfd, p, base, hdr.AccessTime, hdr.ModTime)
 }
 
+// where names what is unpacked, for messages: "this layer", or the tree.
+func (u *unpacker) where() string {
+	if u.tree != nil {
+		return "the " + u.tree.opts.Name
+	}
+	return "this layer"
+}
+
 // create runs mk, which makes base in pfd; if base exists, the existing
-// entry is removed first (a later tar entry replaces an earlier one).
+// entry is removed first (a later tar entry replaces an earlier one). A
+// tree's directory is not replaced by anything but a directory.
 func (u *unpacker) create(pfd int, p, base string, mk func() error) error {
 	err := mk()
 	if errors.Is(err, unix.EEXIST) {
+		var st unix.Stat_t
+		if u.tree != nil && unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			return u.tree.invalid("%s entry %q could not be unpacked: a directory of that name exists", u.tree.opts.Name, quoteName(p))
+		}
 		if err = u.removeAt(pfd, p, base); err == nil {
 			err = mk()
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("entry %q: %w", quoteName(p), pathError(err))
+		return fmt.Errorf("entry %q: %w", quoteName(p), u.pathError(err))
 	}
 	return nil
 }
@@ -447,7 +489,7 @@ func (u *unpacker) parent(p, dir string) (int, error) {
 		fd, err = u.mkdirAll(dir)
 	}
 	if err != nil {
-		return -1, fmt.Errorf("entry %q: %w", quoteName(p), pathError(err))
+		return -1, fmt.Errorf("entry %q: %w", quoteName(p), u.pathError(err))
 	}
 	u.dropCache()
 	u.cacheDir, u.cacheFD = dir, fd
@@ -473,7 +515,7 @@ func (u *unpacker) openDir(p, dir string, create bool) (int, error) {
 		}
 	}
 	if err != nil {
-		return -1, fmt.Errorf("entry %q: %w", quoteName(p), pathError(err))
+		return -1, fmt.Errorf("entry %q: %w", quoteName(p), u.pathError(err))
 	}
 	return fd, nil
 }
@@ -574,6 +616,12 @@ func (u *unpacker) applyDir(pfd int, p, base string, m dirMeta) error {
 		return nil // replaced by a later entry
 	}
 	defer unix.Close(fd)
+	if u.tree != nil {
+		if err := unix.Fchmod(fd, m.mode); err != nil {
+			return fmt.Errorf("entry %q: chmod: %w", quoteName(p), u.pathError(err))
+		}
+		return nil
+	}
 	if err := unix.Fchown(fd, m.uid, m.gid); err != nil {
 		return fmt.Errorf("entry %q: chown: %w", quoteName(p), err)
 	}
@@ -599,6 +647,22 @@ func setXattrs(fd int, p string, xattrs map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// pathError classifies errors of lookups and writes inside the layer. A
+// tree's failures are the stream's fault (invalid argument) unless the
+// disk is full.
+func (u *unpacker) pathError(err error) error {
+	if u.tree == nil {
+		return pathError(err)
+	}
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		return fmt.Errorf("no space left for the %s: %w", u.tree.opts.Name, errdefs.ErrResourceExhausted)
+	}
+	if pe := pathError(err); errdefs.Class(pe) != errdefs.ErrInternal {
+		return pe
+	}
+	return u.tree.invalid("could not be unpacked: %v", err)
 }
 
 // pathError classifies errors of lookups inside the layer.

@@ -15,6 +15,6 @@ import (
 const OpaqueXattr = "user.overlay.opaque"
 
 // unpack needs openat2 and overlayfs: Linux only.
-func unpack(ctx context.Context, dir string, tr *tar.Reader, opts ExtractOptions, lim Limits) (unpackStats, error) {
+func unpack(ctx context.Context, dir string, tr *tar.Reader, opts ExtractOptions, lim Limits, tree *treePolicy) (unpackStats, error) {
 	return unpackStats{}, fmt.Errorf("layer extraction: %w", errdefs.ErrNotSupported)
 }

@@ -1,8 +1,6 @@
 package oci
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -21,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // classicDockerSave writes the format of `docker save` before the
@@ -50,14 +49,11 @@ func classicDockerSave(t *testing.T, path, repoTag string, layerTars ...[]byte) 
 	manifest, _ := json.Marshal([]map[string]any{{"Config": cfgName, "RepoTags": []string{repoTag}, "Layers": layerPaths}})
 	files["manifest.json"] = manifest
 
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
+	var entries []testutil.Entry
 	for _, n := range append([]string{"manifest.json", cfgName}, layerPaths...) {
-		tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(files[n])), Typeflag: tar.TypeReg})
-		tw.Write(files[n])
+		entries = append(entries, testutil.Entry{Name: n, Body: string(files[n])})
 	}
-	tw.Close()
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(path, testutil.Tar(t, entries...), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -87,7 +83,7 @@ func TestImportArchive(t *testing.T) {
 	// go-containerregistry's writer (compressed layers, two tags): the
 	// same layers are reused, and the tag picks the image.
 	img := makeImage(t, goruntime.GOARCH, tars...)
-	other := makeImage(t, goruntime.GOARCH, makeTar(t, ent{name: "other", body: "o"}))
+	other := makeImage(t, goruntime.GOARCH, testutil.Tar(t, testutil.Entry{Name: "other", Body: "o"}))
 	multi := filepath.Join(dir, "multi.tar")
 	t1, _ := name.NewTag("example/app:1")
 	t2, _ := name.NewTag("example/other:2")
@@ -126,7 +122,7 @@ func TestImportLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	img := makeImage(t, goruntime.GOARCH, baseLayers(t)...)
-	other := makeImage(t, goruntime.GOARCH, makeTar(t, ent{name: "other", body: "o"}))
+	other := makeImage(t, goruntime.GOARCH, testutil.Tar(t, testutil.Entry{Name: "other", Body: "o"}))
 	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": "v1"})); err != nil {
 		t.Fatal(err)
 	}

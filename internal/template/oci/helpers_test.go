@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -24,49 +23,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/airlock-sandbox/airlock/internal/template/layers"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
-
-// ent is one entry of a test layer tar.
-type ent struct {
-	name string
-	typ  byte
-	body string
-	link string
-	mode int64
-}
-
-func makeTar(t testing.TB, entries ...ent) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, e := range entries {
-		typ := e.typ
-		if typ == 0 {
-			typ = tar.TypeReg
-		}
-		mode := e.mode
-		if mode == 0 {
-			mode = 0o644
-			if typ == tar.TypeDir {
-				mode = 0o755
-			}
-		}
-		h := &tar.Header{Name: e.name, Typeflag: typ, Linkname: e.link, Mode: mode, ModTime: time.Unix(1700000000, 0)}
-		if typ == tar.TypeReg {
-			h.Size = int64(len(e.body))
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if typ == tar.TypeReg {
-			tw.Write([]byte(e.body))
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
 
 // layerOf turns a tar into a gzip-compressed image layer.
 func layerOf(t testing.TB, tarBytes []byte) v1.Layer {
@@ -117,35 +75,35 @@ func makeImage(t testing.TB, arch string, tars ...[]byte) v1.Image {
 // Layers of the multi-layer test image: the second and third hide
 // entries of the layers below with whiteouts and an opaque directory.
 func baseLayers(t testing.TB) [][]byte {
-	l1 := makeTar(t,
-		ent{name: "etc/", typ: tar.TypeDir},
-		ent{name: "etc/os-release", body: "base"},
-		ent{name: "bin/", typ: tar.TypeDir},
-		ent{name: "bin/sh", body: "#!sh", mode: 0o755},
-		ent{name: "data/", typ: tar.TypeDir},
-		ent{name: "data/keep", body: "keep"},
-		ent{name: "data/remove-me", body: "x"},
-		ent{name: "opq/", typ: tar.TypeDir},
-		ent{name: "opq/old", body: "old"},
-		ent{name: "opq/sub/", typ: tar.TypeDir},
-		ent{name: "opq/sub/deep", body: "deep"},
-		ent{name: "lib", typ: tar.TypeSymlink, link: "usr/lib"},
+	l1 := testutil.Tar(t,
+		testutil.Entry{Name: "etc/", Type: tar.TypeDir},
+		testutil.Entry{Name: "etc/os-release", Body: "base"},
+		testutil.Entry{Name: "bin/", Type: tar.TypeDir},
+		testutil.Entry{Name: "bin/sh", Body: "#!sh", Mode: 0o755},
+		testutil.Entry{Name: "data/", Type: tar.TypeDir},
+		testutil.Entry{Name: "data/keep", Body: "keep"},
+		testutil.Entry{Name: "data/remove-me", Body: "x"},
+		testutil.Entry{Name: "opq/", Type: tar.TypeDir},
+		testutil.Entry{Name: "opq/old", Body: "old"},
+		testutil.Entry{Name: "opq/sub/", Type: tar.TypeDir},
+		testutil.Entry{Name: "opq/sub/deep", Body: "deep"},
+		testutil.Entry{Name: "lib", Type: tar.TypeSymlink, Link: "usr/lib"},
 	)
-	l2 := makeTar(t,
-		ent{name: "etc/", typ: tar.TypeDir},
-		ent{name: "etc/os-release", body: "v2"},
-		ent{name: "data/", typ: tar.TypeDir},
-		ent{name: "data/.wh.remove-me"},
-		ent{name: "opq/", typ: tar.TypeDir},
-		ent{name: "opq/.wh..wh..opq"},
-		ent{name: "opq/new", body: "new"},
-		ent{name: "l2file", body: "from layer 2"},
+	l2 := testutil.Tar(t,
+		testutil.Entry{Name: "etc/", Type: tar.TypeDir},
+		testutil.Entry{Name: "etc/os-release", Body: "v2"},
+		testutil.Entry{Name: "data/", Type: tar.TypeDir},
+		testutil.Entry{Name: "data/.wh.remove-me"},
+		testutil.Entry{Name: "opq/", Type: tar.TypeDir},
+		testutil.Entry{Name: "opq/.wh..wh..opq"},
+		testutil.Entry{Name: "opq/new", Body: "new"},
+		testutil.Entry{Name: "l2file", Body: "from layer 2"},
 	)
-	l3 := makeTar(t,
-		ent{name: ".wh.l2file"},
-		ent{name: ".wh.lib"},
-		ent{name: "data/", typ: tar.TypeDir},
-		ent{name: "data/added", body: "added"},
+	l3 := testutil.Tar(t,
+		testutil.Entry{Name: ".wh.l2file"},
+		testutil.Entry{Name: ".wh.lib"},
+		testutil.Entry{Name: "data/", Type: tar.TypeDir},
+		testutil.Entry{Name: "data/added", Body: "added"},
 	)
 	return [][]byte{l1, l2, l3}
 }
@@ -251,9 +209,7 @@ func openStore(t testing.TB) *layers.Store {
 
 func requireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: layers keep file owners and create whiteout devices")
-	}
+	testutil.RequireRoot(t, "needs root: layers keep file owners and create whiteout devices")
 }
 
 // readFile reads rel in the template's layer holding it, top first.

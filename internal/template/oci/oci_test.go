@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"archive/tar"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/template/layers"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 func TestPullMultiLayer(t *testing.T) {
@@ -149,7 +151,7 @@ func TestPullManifestList(t *testing.T) {
 		other = "amd64"
 	}
 	mk := func(arch string) v1.Image {
-		return makeImage(t, arch, makeTar(t, ent{name: "etc/", typ: '5'}, ent{name: "etc/arch", body: arch}))
+		return makeImage(t, arch, testutil.Tar(t, testutil.Entry{Name: "etc/", Type: tar.TypeDir}, testutil.Entry{Name: "etc/arch", Body: arch}))
 	}
 	idx := mutate.AppendManifests(empty.Index,
 		mutate.IndexAddendum{Add: mk(other), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: other}}},
@@ -210,7 +212,7 @@ func TestPullAuthenticated(t *testing.T) {
 	requireRoot(t)
 	ctx := context.Background()
 	reg, push := newRegistry(t, authWrap)
-	img := makeImage(t, goruntime.GOARCH, makeTar(t, ent{name: "secret", body: "private image"}))
+	img := makeImage(t, goruntime.GOARCH, testutil.Tar(t, testutil.Entry{Name: "secret", Body: "private image"}))
 	pushImage(t, push, "private/img:v1", img)
 	ref := reg.host + "/private/img:v1"
 	s := openStore(t)
@@ -257,7 +259,7 @@ func TestPullAuthenticated(t *testing.T) {
 func TestPlainHTTPRefused(t *testing.T) {
 	requireRoot(t)
 	reg, push := newRegistry(t, nil)
-	pushImage(t, push, "test/img:v1", makeImage(t, goruntime.GOARCH, makeTar(t, ent{name: "f", body: "x"})))
+	pushImage(t, push, "test/img:v1", makeImage(t, goruntime.GOARCH, testutil.Tar(t, testutil.Entry{Name: "f", Body: "x"})))
 	s := openStore(t)
 	_, err := Pull(context.Background(), s, "img", reg.host+"/test/img:v1", Options{})
 	if !errors.Is(err, errdefs.ErrPermissionDenied) && !errors.Is(err, errdefs.ErrUnavailable) {
@@ -302,7 +304,7 @@ func TestPullTamperedImage(t *testing.T) {
 
 	// The config claims another diff ID than the layer has: the
 	// uncompressed digest check catches it.
-	img := makeImage(t, goruntime.GOARCH, makeTar(t, ent{name: "f", body: "real"}))
+	img := makeImage(t, goruntime.GOARCH, testutil.Tar(t, testutil.Entry{Name: "f", Body: "real"}))
 	cf, _ := img.ConfigFile()
 	cf = cf.DeepCopy()
 	cf.RootFS.DiffIDs[0] = v1.Hash{Algorithm: "sha256", Hex: strings.Repeat("0", 64)}
@@ -317,14 +319,14 @@ func TestPullTamperedImage(t *testing.T) {
 	}
 
 	// A hostile layer is refused with the extraction error.
-	evil := makeImage(t, goruntime.GOARCH, makeTar(t, ent{name: "../../escape", body: "x"}))
+	evil := makeImage(t, goruntime.GOARCH, testutil.Tar(t, testutil.Entry{Name: "../../escape", Body: "x"}))
 	pushImage(t, push, "test/evil:v1", evil)
 	_, err = Pull(ctx, s, "evil", reg.host+"/test/evil:v1", Options{Insecure: true})
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), `".." is not allowed`) {
 		t.Errorf("hostile layer: %v", err)
 	}
 	// Set-id files: refused by default, stripped on request.
-	suid := makeImage(t, goruntime.GOARCH, makeTar(t, ent{name: "su", body: "x", mode: 0o4755}))
+	suid := makeImage(t, goruntime.GOARCH, testutil.Tar(t, testutil.Entry{Name: "su", Body: "x", Mode: 0o4755}))
 	pushImage(t, push, "test/suid:v1", suid)
 	if _, err := Pull(ctx, s, "suid", reg.host+"/test/suid:v1", Options{Insecure: true}); !errors.Is(err, errdefs.ErrPermissionDenied) {
 		t.Errorf("setuid layer: %v", err)
@@ -341,7 +343,7 @@ func TestPullTamperedImage(t *testing.T) {
 		t.Errorf("templates after refused pulls: %d, want only suid", len(got))
 	}
 	// Image size cap across layers.
-	big := makeImage(t, goruntime.GOARCH, makeTar(t, ent{name: "a", body: strings.Repeat("a", 5000)}), makeTar(t, ent{name: "b", body: strings.Repeat("b", 5000)}))
+	big := makeImage(t, goruntime.GOARCH, testutil.Tar(t, testutil.Entry{Name: "a", Body: strings.Repeat("a", 5000)}), testutil.Tar(t, testutil.Entry{Name: "b", Body: strings.Repeat("b", 5000)}))
 	pushImage(t, push, "test/big:v1", big)
 	if _, err := Pull(ctx, s, "big", reg.host+"/test/big:v1", Options{Insecure: true, MaxImageBytes: 8000}); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Errorf("oversized image: %v", err)
@@ -351,7 +353,7 @@ func TestPullTamperedImage(t *testing.T) {
 func TestPullCanceled(t *testing.T) {
 	requireRoot(t)
 	reg, push := newRegistry(t, nil)
-	pushImage(t, push, "test/img:v1", makeImage(t, goruntime.GOARCH, makeTar(t, ent{name: "f", body: "x"})))
+	pushImage(t, push, "test/img:v1", makeImage(t, goruntime.GOARCH, testutil.Tar(t, testutil.Entry{Name: "f", Body: "x"})))
 	s := openStore(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

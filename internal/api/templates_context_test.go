@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
+	"github.com/airlock-sandbox/airlock/internal/template/registry"
 )
 
 // tent is one entry of a test tar.
@@ -182,7 +183,7 @@ func TestBuildContextUpload(t *testing.T) {
 }
 
 func TestBuildContextHostile(t *testing.T) {
-	e := newTplEnv(t, func(tc *Templates) { tc.MaxContextBytes = 64 << 10; tc.MaxContextFiles = 50 })
+	e := newTplEnv(t, func(tc *registry.Config) { tc.MaxContextBytes = 64 << 10; tc.MaxContextFiles = 50 })
 	air := tent{name: "Airfile", body: okAirfile}
 	many := []tent{air}
 	for i := range 60 {
@@ -272,7 +273,7 @@ func TestBuildContextHostile(t *testing.T) {
 }
 
 func TestBuildContextNotAccepted(t *testing.T) {
-	e := newTplEnv(t, func(tc *Templates) { tc.ContextDir = "" })
+	e := newTplEnv(t, func(tc *registry.Config) { tc.ContextDir = "" })
 	resp, b := e.raw("POST", "/v1/templates?name=x", map[string]string{"Authorization": "Bearer " + tkAdminA, "Content-Type": "application/x-tar"},
 		bytes.NewReader(tarOf(t, tent{name: "Airfile", body: okAirfile})))
 	if resp.StatusCode != http.StatusNotImplemented {
@@ -280,76 +281,13 @@ func TestBuildContextNotAccepted(t *testing.T) {
 	}
 }
 
-func TestExtractContextLinks(t *testing.T) {
-	dir := t.TempDir()
-	ctx := filepath.Join(dir, "ctx")
-	if err := os.Mkdir(ctx, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	// A link inside the context, then entries through it; a replaced
-	// file; a hard link; set-id bits dropped.
-	st, err := extractContext(context.Background(), ctx, bytes.NewReader(tarOf(t,
-		tent{name: "./", typ: tar.TypeDir},
-		tent{name: "sub/", typ: tar.TypeDir, mode: 0o500},
-		tent{name: "sub/f", body: "one", mode: 0o6755},
-		tent{name: "sub/f", body: "two"},
-		tent{name: "alias", typ: tar.TypeSymlink, link: "sub"},
-		tent{name: "alias/g", body: "via link"},
-		tent{name: "hard", typ: tar.TypeLink, link: "sub/f"},
-	)), 100, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Entries != 7 || st.Bytes != 14 {
-		t.Errorf("stats %+v", st)
-	}
-	snap := snapshot(ctx)
-	for k, v := range map[string]string{"sub": "dir", "sub/f": "644:two", "sub/g": "644:via link", "alias": "link:sub", "hard": "644:two"} {
-		if snap[k] != v {
-			t.Errorf("%s = %q, want %q (all: %v)", k, snap[k], v, snap)
-		}
-	}
-	fi, _ := os.Stat(filepath.Join(ctx, "sub"))
-	if fi.Mode().Perm() != 0o700 {
-		t.Errorf("sub mode %v, want owner access added", fi.Mode())
-	}
-}
-
-// FuzzExtractContext: whatever the tar stream, nothing is written outside
-// the target directory and a failure is an API error with a 4xx status.
-func FuzzExtractContext(f *testing.F) {
-	f.Add(tarOf(f, tent{name: "Airfile", body: okAirfile}, tent{name: "a/b", body: "x"}))
-	f.Add(tarOf(f, tent{name: "l", typ: tar.TypeSymlink, link: "../x"}))
-	f.Add(tarOf(f, tent{name: "l", typ: tar.TypeSymlink, link: "."}, tent{name: "l/l/f", body: "x"}))
-	f.Add(tarOf(f, tent{name: "d/", typ: tar.TypeDir}, tent{name: "d/../../x", body: "x"}))
-	f.Add(sparseBomb(f))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		dir := t.TempDir()
-		ctx := filepath.Join(dir, "ctx")
-		if err := os.Mkdir(ctx, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		_, err := extractContext(context.Background(), ctx, bytes.NewReader(data), 1000, 1<<20)
-		if err != nil {
-			status, _, _ := publicError(err)
-			if status < 400 || status >= 500 {
-				t.Errorf("error %v maps to %d", err, status)
-			}
-		}
-		ents, _ := os.ReadDir(dir)
-		if len(ents) != 1 {
-			t.Errorf("written outside the context: %v", ents)
-		}
-	})
-}
-
 func TestRegistryAuthHeaderRoundTrip(t *testing.T) {
 	b, _ := json.Marshal(client.RegistryAuth{Username: "u", Password: "p"})
 	got, err := parseRegistryAuthHeader([]string{base64.URLEncoding.EncodeToString(b)})
-	if err != nil || got != (RegistryAuth{Username: "u", Password: "p"}) {
+	if err != nil || got != (registry.Credentials{Username: "u", Password: "p"}) {
 		t.Errorf("got %+v, %v", got, err)
 	}
-	if got, err := parseRegistryAuthHeader([]string{"e30"}); err != nil || got != (RegistryAuth{}) { // {}
+	if got, err := parseRegistryAuthHeader([]string{"e30"}); err != nil || got != (registry.Credentials{}) { // {}
 		t.Errorf("empty credentials: %+v, %v", got, err)
 	}
 }

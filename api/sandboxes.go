@@ -1,0 +1,124 @@
+package api
+
+import "time"
+
+// State is where a sandbox is in its lifecycle.
+type State string
+
+// The sandbox states.
+const (
+	StateCreating State = "creating"
+	// StateAdopting: a restarted daemon is adopting the sandbox; its
+	// operations fail with 503 until it is running.
+	StateAdopting State = "adopting"
+	StateRunning  State = "running"
+	StatePaused   State = "paused"
+	StateStopping State = "stopping"
+	// StateStopped and StateFailed with stopped_at set: the sandbox has
+	// ended (end_reason says why). The server keeps ended sandboxes
+	// visible for a while (its ended_retention), then answers not_found.
+	StateStopped State = "stopped"
+	StateFailed  State = "failed"
+)
+
+// The reasons a sandbox ended (Sandbox.EndReason).
+const (
+	EndDeleted            = "deleted"             // a DELETE of the sandbox
+	EndExpired            = "expired"             // its timeout passed
+	EndIdle               = "idle"                // its idle timeout passed
+	EndAgentDied          = "agent_died"          // its agent (PID 1) exited, and every process with it
+	EndAgentGone          = "agent_gone"          // its agent was gone when the server restarted
+	EndCreateInterrupted  = "create_interrupted"  // the server restarted before its create was answered
+	EndDestroyInterrupted = "destroy_interrupted" // the server restarted during its delete, then finished it
+)
+
+// Limits are a sandbox's resource caps. Zero fields take the template's
+// limits, then the server's defaults.
+type Limits struct {
+	// CPUs is the CPU time in CPUs (0.5: half of one).
+	CPUs float64 `json:"cpus,omitempty"`
+	// MemoryMB caps memory, in MiB.
+	MemoryMB int64 `json:"memory_mb,omitempty"`
+	// Pids caps the processes and threads.
+	Pids int64 `json:"pids,omitempty"`
+	// DiskMB caps the sandbox's writable disk, in MiB.
+	DiskMB int64 `json:"disk_mb,omitempty"`
+}
+
+// Network is a sandbox's network policy, in a create request.
+type Network struct {
+	// Mode "none" (the default) gives the sandbox loopback only; no
+	// other mode is supported yet.
+	Mode string `json:"mode"`
+	// Allow lists the destinations a mode with egress may reach; it must
+	// be empty with mode none.
+	Allow []string `json:"allow,omitempty"`
+}
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes. Zero values
+// mean the server's defaults.
+type CreateSandboxRequest struct {
+	// Template names the root filesystem ("host" by default).
+	Template string `json:"template,omitempty"`
+	// TimeoutS is how long the sandbox lives, in seconds.
+	TimeoutS int64 `json:"timeout_s,omitempty"`
+	// IdleTimeoutS destroys the sandbox after this many seconds without
+	// activity.
+	IdleTimeoutS int64 `json:"idle_timeout_s,omitempty"`
+	// Limits are the sandbox's resource caps.
+	Limits *Limits `json:"limits,omitempty"`
+	// Network is its network policy.
+	Network *Network `json:"network,omitempty"`
+	// Env is added to every command's environment.
+	Env map[string]string `json:"env,omitempty"`
+	// Metadata are labels returned with the sandbox and usable as list
+	// filters.
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// TimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout.
+type TimeoutRequest struct {
+	// TimeoutS is how many seconds from now the sandbox should live.
+	TimeoutS int64 `json:"timeout_s"`
+}
+
+// Sandbox describes a sandbox. Its env is never returned: it may hold
+// secrets the creator passed in.
+type Sandbox struct {
+	// ID names the sandbox ("sb-" and 16 characters).
+	ID string `json:"id"`
+	// State is where it is in its lifecycle.
+	State State `json:"state"`
+	// Template names its root filesystem.
+	Template string `json:"template"`
+	// Limits are its effective resource caps.
+	Limits Limits `json:"limits"`
+	// Metadata are its labels ({} when none).
+	Metadata map[string]string `json:"metadata"`
+	// CreatedAt is when it was created.
+	CreatedAt time.Time `json:"created_at"`
+	// ExpiresAt is when its timeout ends it.
+	ExpiresAt time.Time `json:"expires_at"`
+	// MaxExpiresAt is the latest expiry a timeout can set.
+	MaxExpiresAt time.Time `json:"max_expires_at"`
+	// IdleTimeoutS is its idle timeout in seconds; absent when it has
+	// none.
+	IdleTimeoutS int64 `json:"idle_timeout_s,omitempty"`
+	// LastActivityAt is when it was last used.
+	LastActivityAt time.Time `json:"last_activity_at"`
+	// StoppedAt is when the sandbox ended (stopped, or failed with its
+	// agent dead: its resources are released); absent while it lives.
+	StoppedAt *time.Time `json:"stopped_at,omitempty"`
+	// EndReason says why the sandbox ended or is ending (one of the End*
+	// constants); absent while it lives.
+	EndReason string `json:"end_reason,omitempty"`
+	// Error says why a failed sandbox failed.
+	Error string `json:"error,omitempty"`
+}
+
+// SandboxList is the body of GET /v1/sandboxes.
+type SandboxList struct {
+	// Sandboxes are the caller's sandboxes the filters select, oldest
+	// first.
+	Sandboxes []Sandbox `json:"sandboxes"`
+}

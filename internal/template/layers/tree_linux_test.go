@@ -1,0 +1,223 @@
+package layers
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+// treeDir is an empty directory to extract a tree into, alone in its
+// parent (so that a write beside it shows).
+func treeDir(t testing.TB) (parent, dir string) {
+	t.Helper()
+	parent = t.TempDir()
+	dir = filepath.Join(parent, "ctx")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return parent, dir
+}
+
+// plainSnapshot describes the files under dir: "dir", "link:TARGET" or
+// "MODE:content".
+func plainSnapshot(dir string) map[string]string {
+	out := map[string]string{}
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		fi, _ := d.Info()
+		switch {
+		case d.IsDir():
+			out[rel] = "dir"
+		case d.Type()&fs.ModeSymlink != 0:
+			l, _ := os.Readlink(p)
+			out[rel] = "link:" + l
+		default:
+			b, _ := os.ReadFile(p)
+			out[rel] = fmt.Sprintf("%o:%s", fi.Mode().Perm(), b)
+		}
+		return nil
+	})
+	return out
+}
+
+var treeOpts = TreeOptions{Name: "build context", MaxEntries: 100, MaxBytes: 1 << 20}
+
+// TestExtractTreeLinks: a link inside the tree; a replaced file; a hard
+// link; set-id bits dropped; owner access added; owners, whiteout names
+// and extended attributes of no account.
+func TestExtractTreeLinks(t *testing.T) {
+	_, dir := treeDir(t)
+	st, err := ExtractTree(context.Background(), dir, bytes.NewReader(makeTar(t,
+		ent{name: "./", typ: tar.TypeDir},
+		ent{name: "sub/", typ: tar.TypeDir, mode: 0o500},
+		ent{name: "sub/f", body: "one", mode: 0o6755},
+		ent{name: "sub/f", body: "two"},
+		ent{name: "alias", typ: tar.TypeSymlink, link: "sub"},
+		ent{name: "hard", typ: tar.TypeLink, link: "sub/f"},
+		ent{name: ".wh.x", body: "plain", uid: 100000, gid: 100000, xattrs: map[string]string{"user.a": "b"}},
+		ent{name: "ro", body: "r", mode: 0o400},
+	)), treeOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Entries != 8 || st.Bytes != 12 {
+		t.Errorf("stats %+v", st)
+	}
+	snap := plainSnapshot(dir)
+	want := map[string]string{"sub": "dir", "sub/f": "644:two", "alias": "link:sub", "hard": "644:two", ".wh.x": "644:plain", "ro": "600:r"}
+	if len(snap) != len(want) {
+		t.Errorf("tree %v, want %v", snap, want)
+	}
+	for k, v := range want {
+		if snap[k] != v {
+			t.Errorf("%s = %q, want %q (all: %v)", k, snap[k], v, snap)
+		}
+	}
+	fi, _ := os.Stat(filepath.Join(dir, "sub"))
+	if fi.Mode().Perm() != 0o700 {
+		t.Errorf("sub mode %v, want owner access added", fi.Mode())
+	}
+	buf := make([]byte, 256)
+	if n, _ := unix.Llistxattr(filepath.Join(dir, ".wh.x"), buf); n > 0 {
+		t.Errorf("extended attributes kept: %q", buf[:n])
+	}
+}
+
+// TestExtractTreeThroughLink: a later entry may not be written through a
+// symbolic link of the tree, even one that points inside it.
+func TestExtractTreeThroughLink(t *testing.T) {
+	_, dir := treeDir(t)
+	_, err := ExtractTree(context.Background(), dir, bytes.NewReader(makeTar(t,
+		ent{name: "sub/", typ: tar.TypeDir},
+		ent{name: "alias", typ: tar.TypeSymlink, link: "sub"},
+		ent{name: "alias/g", body: "via link"},
+	)), treeOpts)
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "symlink") {
+		t.Fatalf("err = %v, want a refused write through a symlink", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "sub", "g")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("sub/g was written through the link: %v", err)
+	}
+}
+
+// TestExtractTreeHostile: what a tree may not hold, each refused with its
+// class and a message naming the tree, and nothing written beside it.
+func TestExtractTreeHostile(t *testing.T) {
+	many := []ent{}
+	for i := range 60 {
+		many = append(many, ent{name: "f" + strings.Repeat("x", i)})
+	}
+	tests := []struct {
+		name  string
+		body  []byte
+		class error
+		msg   string
+	}{
+		{"dotdot", makeTar(t, ent{name: "../evil", body: "x"}), errdefs.ErrInvalidArgument, "build context entry \"../evil\": names with .. are not allowed"},
+		{"nested dotdot", makeTar(t, ent{name: "a/../../evil", body: "x"}), errdefs.ErrInvalidArgument, "names with .."},
+		{"absolute", makeTar(t, ent{name: "/etc/evil", body: "x"}), errdefs.ErrInvalidArgument, "absolute names"},
+		{"absolute symlink", makeTar(t, ent{name: "l", typ: tar.TypeSymlink, link: "/etc"}), errdefs.ErrInvalidArgument, "absolute link"},
+		{"escaping symlink", makeTar(t, ent{name: "a/l", typ: tar.TypeSymlink, link: "../../x"}), errdefs.ErrInvalidArgument, "outside the build context"},
+		{"hardlink out", makeTar(t, ent{name: "h", typ: tar.TypeLink, link: "../x"}), errdefs.ErrInvalidArgument, "names with .."},
+		{"hardlink absolute", makeTar(t, ent{name: "h", typ: tar.TypeLink, link: "/etc/shadow"}), errdefs.ErrInvalidArgument, "absolute"},
+		{"hardlink missing", makeTar(t, ent{name: "h", typ: tar.TypeLink, link: "nope"}), errdefs.ErrInvalidArgument, "hard link target \"nope\" is not in the build context"},
+		{"device", makeTar(t, ent{name: "dev", typ: tar.TypeChar}), errdefs.ErrInvalidArgument, "only files, directories and links"},
+		{"fifo", makeTar(t, ent{name: "p", typ: tar.TypeFifo}), errdefs.ErrInvalidArgument, "only files"},
+		{"file over dir", makeTar(t, ent{name: "d/", typ: tar.TypeDir}, ent{name: "d/x", body: "x"}, ent{name: "d", body: "x"}), errdefs.ErrInvalidArgument, "directory of that name"},
+		{"link over dir", makeTar(t, ent{name: "d/", typ: tar.TypeDir}, ent{name: "d", typ: tar.TypeSymlink, link: "."}), errdefs.ErrInvalidArgument, "directory of that name"},
+		{"file as root", makeTar(t, ent{name: ".", body: "x"}), errdefs.ErrInvalidArgument, "cannot be the build context's root"},
+		{"too many", makeTar(t, many...), errdefs.ErrResourceExhausted, "the build context has more than 50 entries"},
+		{"too big", makeTar(t, ent{name: "big", body: strings.Repeat("x", 70<<10)}), errdefs.ErrResourceExhausted, "larger than the limit of 65536 bytes"},
+		{"sparse bomb", sparseStream(10_000_000_000), errdefs.ErrResourceExhausted, "files of the build context are larger"},
+		{"not a tar", []byte(strings.Repeat("garbage!", 200)), errdefs.ErrInvalidArgument, "the build context is not a valid tar"},
+		{"truncated", makeTar(t, ent{name: "f", body: strings.Repeat("y", 5000)})[:3000], errdefs.ErrInvalidArgument, "not a valid tar"},
+		{"gzip", gzipped(t, makeTar(t, ent{name: "f", body: "x"})), errdefs.ErrInvalidArgument, "not a valid tar"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			parent, dir := treeDir(t)
+			_, err := ExtractTree(context.Background(), dir, bytes.NewReader(tt.body), TreeOptions{Name: "build context", MaxEntries: 50, MaxBytes: 64 << 10})
+			if !errors.Is(err, tt.class) || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("err = %v, want %v with %q", err, tt.class, tt.msg)
+			}
+			if tt.class == errdefs.ErrResourceExhausted {
+				var le *LimitError
+				if !errors.As(err, &le) || !strings.Contains(le.Msg, tt.msg) {
+					t.Errorf("err = %#v, want a *LimitError", err)
+				}
+			}
+			if strings.Contains(err.Error(), parent) {
+				t.Errorf("the message shows a host path: %v", err)
+			}
+			if ents, _ := os.ReadDir(parent); len(ents) != 1 {
+				t.Errorf("something was written beside the tree: %v", ents)
+			}
+		})
+	}
+}
+
+// TestExtractTreeBadOptions: caps are required.
+func TestExtractTreeBadOptions(t *testing.T) {
+	_, dir := treeDir(t)
+	if _, err := ExtractTree(context.Background(), dir, bytes.NewReader(nil), TreeOptions{MaxEntries: 1}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("no byte cap: %v", err)
+	}
+}
+
+// FuzzExtractTree: whatever the tar stream, nothing is written outside
+// the target directory; a failure is the stream's fault (invalid
+// argument, or a cap), never an internal error; what a success leaves is
+// directories, regular files and relative symbolic links only.
+func FuzzExtractTree(f *testing.F) {
+	f.Add(makeTar(f, ent{name: "Airfile", body: "FROM template:host\n"}, ent{name: "a/b", body: "x"}))
+	f.Add(makeTar(f, ent{name: "l", typ: tar.TypeSymlink, link: "../x"}))
+	f.Add(makeTar(f, ent{name: "l", typ: tar.TypeSymlink, link: "."}, ent{name: "l/l/f", body: "x"}))
+	f.Add(makeTar(f, ent{name: "d/", typ: tar.TypeDir}, ent{name: "d/../../x", body: "x"}))
+	f.Add(makeTar(f, ent{name: "f", body: "x"}, ent{name: "h", typ: tar.TypeLink, link: "f"}, ent{name: "f/", typ: tar.TypeDir}))
+	f.Add(makeTar(f, ent{name: ".wh..wh..opq"}, ent{name: "d/.wh.f"}, ent{name: "p", typ: tar.TypeFifo}))
+	f.Add(sparseStream(10_000_000_000))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		parent, dir := treeDir(t)
+		_, err := ExtractTree(context.Background(), dir, bytes.NewReader(data), TreeOptions{Name: "build context", MaxEntries: 1000, MaxBytes: 1 << 20})
+		if err != nil {
+			if c := errdefs.Class(err); c != errdefs.ErrInvalidArgument && c != errdefs.ErrResourceExhausted {
+				t.Errorf("error %v has class %v", err, c)
+			}
+		}
+		if ents, _ := os.ReadDir(parent); len(ents) != 1 {
+			t.Errorf("written outside the tree: %v", ents)
+		}
+		if err != nil {
+			return
+		}
+		_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			switch typ := d.Type(); {
+			case typ.IsDir(), typ.IsRegular():
+			case typ&fs.ModeSymlink != 0:
+				if l, _ := os.Readlink(p); strings.HasPrefix(l, "/") {
+					t.Errorf("%s: absolute link %q", p, l)
+				}
+			default:
+				t.Errorf("%s: type %v", p, typ)
+			}
+			return nil
+		})
+	})
+}
