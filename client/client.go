@@ -241,23 +241,20 @@ func readStream[T any](r io.Reader, what string, maxLine int, fn func(*T) (done 
 	return fmt.Errorf("airlock: %s ended without a result: %w", what, ErrUnavailable)
 }
 
-// errDetail is the error object of a stream's error line
-// (api.ErrorDetail).
-type errDetail api.ErrorDetail
-
-// parseErrDetail decodes raw as an error object; nil if it is not one.
-func parseErrDetail(raw json.RawMessage) *errDetail {
-	var d errDetail
+// parseErrorDetail decodes raw, the error field of a stream's error
+// line, as an error object; nil if it is not one.
+func parseErrorDetail(raw json.RawMessage) *api.ErrorDetail {
+	var d api.ErrorDetail
 	if json.Unmarshal(raw, &d) != nil {
 		return nil
 	}
 	return &d
 }
 
-// apiError is the error a stream's error line reports: d's code and
+// streamError is the error a stream's error line reports: d's code and
 // message, or an internal error saying fallback when d has no code.
-func (d *errDetail) apiError(fallback string) *APIError {
-	e := &APIError{Status: http.StatusOK, Code: "internal", Message: fallback}
+func streamError(d *api.ErrorDetail, fallback string) *APIError {
+	e := &APIError{Status: http.StatusOK, Code: api.CodeInternal, Message: fallback}
 	if d != nil && d.Code != "" {
 		e.Code, e.Message = d.Code, d.Message
 	}

@@ -2,33 +2,36 @@ package client
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
 )
 
 // The code interpreter's languages.
 const (
-	LangPython     = "python"
-	LangJavaScript = "javascript"
-	LangBash       = "bash"
+	LangPython     = api.LangPython
+	LangJavaScript = api.LangJavaScript
+	LangBash       = api.LangBash
 )
 
 // The statuses of a cell (CodeExecution.Status).
 const (
 	// CodeStatusOK: the cell ran to its end.
-	CodeStatusOK = "ok"
+	CodeStatusOK = api.CodeStatusOK
 	// CodeStatusError: the cell raised an error (bash: exited non-zero).
-	CodeStatusError = "error"
+	CodeStatusError = api.CodeStatusError
 	// CodeStatusTimeout: its timeout interrupted the cell.
-	CodeStatusTimeout = "timeout"
+	CodeStatusTimeout = api.CodeStatusTimeout
 	// CodeStatusInterrupted: an interrupt (or the output cap) stopped it.
-	CodeStatusInterrupted = "interrupted"
+	CodeStatusInterrupted = api.CodeStatusInterrupted
 	// CodeStatusDied: the context's process ended; its state is lost.
-	CodeStatusDied = "died"
+	CodeStatusDied = api.CodeStatusDied
 )
 
 // maxCodeLine caps one line of a streamed cell: a result may carry an
@@ -71,21 +74,41 @@ type CodeResult struct {
 	Omitted string `json:"omitted"`
 }
 
+// codeResultFrom is the CodeResult that the wire form r describes: its
+// images decoded from base64.
+func codeResultFrom(r *api.CodeResult) (CodeResult, error) {
+	out := CodeResult{
+		IsMainResult: r.IsMainResult, Text: r.Text, HTML: r.HTML, Markdown: r.Markdown, SVG: r.SVG,
+		LaTeX: r.LaTeX, JSON: r.JSON, JavaScript: r.JavaScript, Omitted: r.Omitted,
+	}
+	var err error
+	if out.PNG, err = decodeImage(r.PNG); err != nil {
+		return out, fmt.Errorf("png: %w", err)
+	}
+	if out.JPEG, err = decodeImage(r.JPEG); err != nil {
+		return out, fmt.Errorf("jpeg: %w", err)
+	}
+	return out, nil
+}
+
+// decodeImage decodes an image's standard base64 as encoding/json decodes
+// a []byte (line breaks are ignored); "" is none.
+func decodeImage(s string) ([]byte, error) {
+	if s == "" {
+		return nil, nil
+	}
+	b := make([]byte, base64.StdEncoding.DecodedLen(len(s)))
+	n, err := base64.StdEncoding.Decode(b, []byte(s))
+	if err != nil {
+		return nil, err
+	}
+	return b[:n], nil
+}
+
 // CodeError is the error a cell raised: for Python and JavaScript the
 // exception's class, message and traceback; ExitStatus for a bash cell
 // that exited non-zero; ContextDied when the context's process ended.
-type CodeError struct {
-	Name      string `json:"name"`
-	Value     string `json:"value"`
-	Traceback string `json:"traceback"`
-}
-
-func (e *CodeError) String() string {
-	if e.Value == "" {
-		return e.Name
-	}
-	return e.Name + ": " + e.Value
-}
+type CodeError = api.CodeError
 
 // CodeExecution is how a cell ran. A cell that failed is an execution
 // with Status CodeStatusError and Error set, not a Go error.
@@ -128,51 +151,41 @@ type CodeEvent struct {
 	Error  *CodeError
 }
 
-type codeBody struct {
-	Language  string            `json:"language,omitempty"`
-	Code      string            `json:"code"`
-	ContextID string            `json:"context_id,omitempty"`
-	Env       map[string]string `json:"env,omitempty"`
-	TimeoutS  int64             `json:"timeout_s,omitempty"`
-}
-
-// codeEnd is the end of a cell: the last streamed line, and part of the
-// buffered response.
-type codeEnd struct {
-	ContextID        string `json:"context_id"`
-	Language         string `json:"language"`
-	ExecutionCount   int    `json:"execution_count"`
-	Status           string `json:"status"`
-	ExitCode         int    `json:"exit_code"`
-	OutputTruncated  bool   `json:"output_truncated"`
-	ResultsTruncated bool   `json:"results_truncated"`
-	DurationMS       int64  `json:"duration_ms"`
-}
-
-func (e *codeEnd) fill(x *CodeExecution) {
+// fillEnd sets the fields of x that say how the cell ended.
+func fillEnd(x *CodeExecution, e *api.CodeEnd) {
 	x.ContextID, x.Language, x.ExecutionCount, x.Status = e.ContextID, e.Language, e.ExecutionCount, e.Status
 	x.ExitCode, x.OutputTruncated, x.ResultsTruncated = e.ExitCode, e.OutputTruncated, e.ResultsTruncated
 	x.Duration = time.Duration(e.DurationMS) * time.Millisecond
 }
 
-type codeResponse struct {
-	codeEnd
-	Results []CodeResult `json:"results"`
-	Stdout  string       `json:"stdout"`
-	Stderr  string       `json:"stderr"`
-	Error   *CodeError   `json:"error"`
+// codeExecutionFrom is the CodeExecution that the wire form e describes.
+func codeExecutionFrom(e *api.CodeExecution) (*CodeExecution, error) {
+	x := &CodeExecution{Stdout: e.Stdout, Stderr: e.Stderr, Error: e.Error}
+	if e.Results != nil {
+		x.Results = make([]CodeResult, 0, len(e.Results))
+	}
+	for i := range e.Results {
+		r, err := codeResultFrom(&e.Results[i])
+		if err != nil {
+			return nil, err
+		}
+		x.Results = append(x.Results, r)
+	}
+	fillEnd(x, &e.CodeEnd)
+	return x, nil
 }
 
-func (req *RunCodeRequest) body() (codeBody, error) {
+func (req *RunCodeRequest) body() (api.CodeRequest, error) {
 	if req.Language == "" && req.ContextID == "" {
-		return codeBody{}, fmt.Errorf("airlock: run code: Language or ContextID is required: %w", ErrInvalid)
+		return api.CodeRequest{}, fmt.Errorf("airlock: run code: Language or ContextID is required: %w", ErrInvalid)
 	}
 	if req.ContextID != "" {
 		if err := checkContextID(req.ContextID); err != nil {
-			return codeBody{}, err
+			return api.CodeRequest{}, err
 		}
 	}
-	return codeBody{Language: req.Language, Code: req.Code, ContextID: req.ContextID, Env: req.Env, TimeoutS: seconds(req.Timeout)}, nil
+	code := req.Code
+	return api.CodeRequest{Language: req.Language, Code: &code, ContextID: req.ContextID, Env: req.Env, TimeoutS: seconds(req.Timeout)}, nil
 }
 
 // RunCode runs a cell in sandbox id and returns how it ran, with its
@@ -187,25 +200,15 @@ func (c *Client) RunCode(ctx context.Context, id string, req RunCodeRequest) (*C
 	if err != nil {
 		return nil, err
 	}
-	var out codeResponse
+	var out api.CodeExecution
 	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "/code"), nil, in, &out, http.StatusOK); err != nil {
 		return nil, err
 	}
-	x := &CodeExecution{Results: out.Results, Stdout: out.Stdout, Stderr: out.Stderr, Error: out.Error}
-	out.fill(x)
+	x, err := codeExecutionFrom(&out)
+	if err != nil {
+		return nil, fmt.Errorf("airlock: decode response: %w", err)
+	}
 	return x, nil
-}
-
-// codeLine is one line of a streamed cell.
-type codeLine struct {
-	CodeResult
-	codeEnd
-	Type      string          `json:"type"`
-	Data      string          `json:"data"`
-	Name      string          `json:"name"`
-	Value     string          `json:"value"`
-	Traceback string          `json:"traceback"`
-	ErrorObj  json.RawMessage `json:"error"`
 }
 
 // RunCodeStream runs a cell in sandbox id and calls onEvent with each
@@ -223,29 +226,33 @@ func (c *Client) RunCodeStream(ctx context.Context, id string, req RunCodeReques
 	}
 	x := &CodeExecution{}
 	var stdout, stderr strings.Builder
-	err = streamJSON(ctx, c, sandboxPath(id, "/code"), b, "code stream", maxCodeLine, func(line *codeLine) (bool, error) {
+	err = streamJSON(ctx, c, sandboxPath(id, "/code"), b, "code stream", maxCodeLine, func(line *api.CodeStreamLine) (bool, error) {
 		var ev CodeEvent
 		switch line.Type {
-		case "stdout", "stderr":
+		case api.StreamStdout, api.StreamStderr:
 			ev = CodeEvent{Type: line.Type, Data: line.Data}
-			if line.Type == "stdout" {
+			if line.Type == api.StreamStdout {
 				stdout.WriteString(line.Data)
 			} else {
 				stderr.WriteString(line.Data)
 			}
 		case "result":
-			r := line.CodeResult
+			r, err := codeResultFrom(&line.CodeResult)
+			if err != nil {
+				return true, fmt.Errorf("airlock: code stream: malformed line: %w", err)
+			}
 			x.Results = append(x.Results, r)
 			ev = CodeEvent{Type: "result", Result: &r}
 		case "error":
-			if len(line.ErrorObj) > 0 && line.ErrorObj[0] == '{' {
+			if line.Error != nil {
 				// The stream broke: {"type":"error","error":{...}}.
-				return true, parseErrDetail(line.ErrorObj).apiError("code stream failed")
+				return true, streamError(line.Error, "code stream failed")
 			}
-			x.Error = &CodeError{Name: line.Name, Value: line.Value, Traceback: line.Traceback}
+			cellErr := line.CodeError
+			x.Error = &cellErr
 			ev = CodeEvent{Type: "error", Error: x.Error}
 		case "end":
-			line.codeEnd.fill(x)
+			fillEnd(x, &line.CodeEnd)
 			x.Stdout, x.Stderr = stdout.String(), stderr.String()
 			return true, nil
 		default:
@@ -262,7 +269,9 @@ func (c *Client) RunCodeStream(ctx context.Context, id string, req RunCodeReques
 	return x, nil
 }
 
-// CodeContext is a stateful code context of a sandbox.
+// CodeContext is a stateful code context of a sandbox: api.CodeContext's
+// fields, converted from it, with an Error that its JSON encoding writes
+// even when empty (as `airlock contexts ls --json` prints it).
 type CodeContext struct {
 	ID       string `json:"id"`
 	Language string `json:"language"`
@@ -277,15 +286,11 @@ type CodeContext struct {
 	CreatedAt      time.Time `json:"created_at"`
 }
 
-// CreateCodeContextRequest describes a context to create.
-type CreateCodeContextRequest struct {
-	// Language is python, javascript or bash.
-	Language string `json:"language"`
-	// Cwd is the working directory (relative to the user's home).
-	Cwd string `json:"cwd,omitempty"`
-	// Env is added to the sandbox's environment for the context.
-	Env map[string]string `json:"env,omitempty"`
-}
+// CreateCodeContextRequest describes a context to create: Language
+// (python, javascript or bash), and optionally its working directory Cwd
+// (relative to the user's home) and Env, added to the sandbox's
+// environment for the context.
+type CreateCodeContextRequest = api.CodeContextRequest
 
 // checkContextID rejects IDs that cannot name a context.
 func checkContextID(id string) error {
@@ -305,11 +310,12 @@ func (c *Client) CreateCodeContext(ctx context.Context, id string, req CreateCod
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	var out CodeContext
+	var out api.CodeContext
 	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "/contexts"), nil, req, &out, http.StatusCreated); err != nil {
 		return nil, err
 	}
-	return &out, nil
+	cc := CodeContext(out)
+	return &cc, nil
 }
 
 // ListCodeContexts returns the contexts of sandbox id, oldest first.
@@ -317,13 +323,18 @@ func (c *Client) ListCodeContexts(ctx context.Context, id string) ([]CodeContext
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	var out struct {
-		Contexts []CodeContext `json:"contexts"`
-	}
+	var out api.CodeContextList
 	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "/contexts"), nil, nil, &out, http.StatusOK); err != nil {
 		return nil, err
 	}
-	return out.Contexts, nil
+	if out.Contexts == nil {
+		return nil, nil
+	}
+	list := make([]CodeContext, 0, len(out.Contexts))
+	for _, cc := range out.Contexts {
+		list = append(list, CodeContext(cc))
+	}
+	return list, nil
 }
 
 // DeleteCodeContext kills a context and forgets it.
@@ -346,11 +357,12 @@ func (c *Client) RestartCodeContext(ctx context.Context, id, contextID string) (
 	if err := checkContextID(contextID); err != nil {
 		return nil, err
 	}
-	var out CodeContext
+	var out api.CodeContext
 	if err := c.doJSON(ctx, http.MethodPost, contextPath(id, contextID, "/restart"), nil, nil, &out, http.StatusOK); err != nil {
 		return nil, err
 	}
-	return &out, nil
+	cc := CodeContext(out)
+	return &cc, nil
 }
 
 // InterruptCodeContext interrupts the cell running in a context and
@@ -362,9 +374,7 @@ func (c *Client) InterruptCodeContext(ctx context.Context, id, contextID string)
 	if err := checkContextID(contextID); err != nil {
 		return false, err
 	}
-	var out struct {
-		Interrupted bool `json:"interrupted"`
-	}
+	var out api.InterruptResult
 	if err := c.doJSON(ctx, http.MethodPost, contextPath(id, contextID, "/interrupt"), nil, nil, &out, http.StatusOK); err != nil {
 		return false, err
 	}

@@ -67,23 +67,25 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("airlock: %s (%d %s)", e.Message, e.Status, e.Code)
 }
 
-// codeErrors maps the server's codes onto the sentinels.
+// codeErrors maps the server's codes (package api's Code constants) onto
+// the sentinels. The codes left out, upgrade_required and canceled, go by
+// their status.
 var codeErrors = map[string]error{
-	"invalid_argument":       ErrInvalid,
-	"unauthenticated":        ErrUnauthorized,
-	"permission_denied":      ErrForbidden,
-	"not_found":              ErrNotFound,
-	"method_not_allowed":     ErrInvalid,
-	"already_exists":         ErrConflict,
-	"failed_precondition":    ErrConflict,
-	"request_too_large":      ErrTooLarge,
-	"unsupported_media_type": ErrInvalid,
-	"rate_limited":           ErrRateLimited,
-	"resource_exhausted":     ErrQuotaExceeded,
-	"not_supported":          ErrNotSupported,
-	"unavailable":            ErrUnavailable,
-	"timeout":                ErrTimeout,
-	"internal":               ErrInternal,
+	api.CodeInvalidArgument:      ErrInvalid,
+	api.CodeUnauthenticated:      ErrUnauthorized,
+	api.CodePermissionDenied:     ErrForbidden,
+	api.CodeNotFound:             ErrNotFound,
+	api.CodeMethodNotAllowed:     ErrInvalid,
+	api.CodeAlreadyExists:        ErrConflict,
+	api.CodeFailedPrecondition:   ErrConflict,
+	api.CodeRequestTooLarge:      ErrTooLarge,
+	api.CodeUnsupportedMediaType: ErrInvalid,
+	api.CodeRateLimited:          ErrRateLimited,
+	api.CodeResourceExhausted:    ErrQuotaExceeded,
+	api.CodeNotSupported:         ErrNotSupported,
+	api.CodeUnavailable:          ErrUnavailable,
+	api.CodeTimeout:              ErrTimeout,
+	api.CodeInternal:             ErrInternal,
 }
 
 // Is reports whether target is the sentinel for e.

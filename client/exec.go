@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"time"
 	"unicode/utf8"
+
+	"github.com/airlock-sandbox/airlock/api"
 )
 
 // maxStreamLine caps one line of a streamed exec (the server sends at
@@ -35,11 +37,11 @@ type ExecRequest struct {
 
 // Exec statuses.
 const (
-	StatusSuccess          = "success"
-	StatusError            = "error"
-	StatusTimeout          = "timeout"
-	StatusResourceExceeded = "resource_exceeded"
-	StatusKilled           = "killed"
+	StatusSuccess          = api.StatusSuccess
+	StatusError            = api.StatusError
+	StatusTimeout          = api.StatusTimeout
+	StatusResourceExceeded = api.StatusResourceExceeded
+	StatusKilled           = api.StatusKilled
 )
 
 // ExecResult is how a command ended.
@@ -66,44 +68,18 @@ type Stream string
 
 // The output streams.
 const (
-	Stdout Stream = "stdout"
-	Stderr Stream = "stderr"
+	Stdout Stream = api.StreamStdout
+	Stderr Stream = api.StreamStderr
 )
 
-type execBody struct {
-	Cmd      []string          `json:"cmd,omitempty"`
-	Command  string            `json:"command,omitempty"`
-	Cwd      string            `json:"cwd,omitempty"`
-	Env      map[string]string `json:"env,omitempty"`
-	User     string            `json:"user,omitempty"`
-	Stdin    *string           `json:"stdin,omitempty"`
-	StdinB64 []byte            `json:"stdin_b64,omitempty"`
-	TimeoutS int64             `json:"timeout_s,omitempty"`
-}
-
-// resultBody is the result of an exec and the "exit" line of a stream.
-type resultBody struct {
-	Type            string  `json:"type"`
-	Status          string  `json:"status"`
-	ExitCode        int     `json:"exit_code"`
-	Signal          int     `json:"signal"`
-	Stdout          *string `json:"stdout"`
-	StdoutB64       []byte  `json:"stdout_b64"`
-	Stderr          *string `json:"stderr"`
-	StderrB64       []byte  `json:"stderr_b64"`
-	StdoutTruncated bool    `json:"stdout_truncated"`
-	StderrTruncated bool    `json:"stderr_truncated"`
-	DurationMS      int64   `json:"duration_ms"`
-	CPUMS           int64   `json:"cpu_ms"`
-	PeakMemoryBytes uint64  `json:"peak_memory_bytes"`
-	Error           string  `json:"error"`
-}
-
-func (r *resultBody) result() *ExecResult {
-	out := &ExecResult{
+// execResultFrom is the ExecResult that the wire form r describes.
+func execResultFrom(r *api.ExecResult) *ExecResult {
+	return &ExecResult{
 		Status:          r.Status,
 		ExitCode:        r.ExitCode,
 		Signal:          r.Signal,
+		Stdout:          pick(r.Stdout, r.StdoutB64),
+		Stderr:          pick(r.Stderr, r.StderrB64),
 		StdoutTruncated: r.StdoutTruncated,
 		StderrTruncated: r.StderrTruncated,
 		Duration:        time.Duration(r.DurationMS) * time.Millisecond,
@@ -111,9 +87,6 @@ func (r *resultBody) result() *ExecResult {
 		PeakMemoryBytes: r.PeakMemoryBytes,
 		Error:           r.Error,
 	}
-	out.Stdout = pick(r.Stdout, r.StdoutB64)
-	out.Stderr = pick(r.Stderr, r.StderrB64)
-	return out
 }
 
 func pick(text *string, raw []byte) []byte {
@@ -126,11 +99,11 @@ func pick(text *string, raw []byte) []byte {
 	return nil
 }
 
-func (req *ExecRequest) body() (execBody, error) {
+func (req *ExecRequest) body() (api.ExecRequest, error) {
 	if (len(req.Cmd) == 0) == (req.Command == "") {
-		return execBody{}, fmt.Errorf("airlock: exec: exactly one of Cmd and Command must be set: %w", ErrInvalid)
+		return api.ExecRequest{}, fmt.Errorf("airlock: exec: exactly one of Cmd and Command must be set: %w", ErrInvalid)
 	}
-	b := execBody{
+	b := api.ExecRequest{
 		Cmd:      req.Cmd,
 		Command:  req.Command,
 		Cwd:      req.Cwd,
@@ -161,21 +134,11 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (*ExecRes
 	if err != nil {
 		return nil, err
 	}
-	var out resultBody
+	var out api.ExecResult
 	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "/exec"), nil, in, &out, http.StatusOK); err != nil {
 		return nil, err
 	}
-	return out.result(), nil
-}
-
-// streamLine is one line of a streamed exec.
-type streamLine struct {
-	resultBody
-	Data    *string `json:"data"`
-	DataB64 []byte  `json:"data_b64"`
-	// Error is a string in an exit line (why the command could not
-	// start) and an object in an error line; it shadows resultBody's.
-	Error json.RawMessage `json:"error"`
+	return execResultFrom(&out), nil
 }
 
 // ExecStream runs a command in sandbox id and calls onOutput with each
@@ -202,25 +165,25 @@ func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest, onO
 // outputLines handles the lines of an exec output stream (exec, a
 // followed process): output goes to onOutput, the exit line becomes *res
 // and ends the stream, an error line ends it with that error.
-func outputLines(onOutput func(s Stream, data []byte) error, res **ExecResult, failed string) func(*streamLine) (bool, error) {
-	return func(line *streamLine) (bool, error) {
+func outputLines(onOutput func(s Stream, data []byte) error, res **ExecResult, failed string) func(*api.ExecStreamLine) (bool, error) {
+	return func(line *api.ExecStreamLine) (bool, error) {
 		switch line.Type {
-		case string(Stdout), string(Stderr):
+		case api.StreamStdout, api.StreamStderr:
 			data := line.DataB64
-			if line.Data != nil {
-				data = []byte(*line.Data)
+			if line.Data != "" {
+				data = []byte(line.Data)
 			}
 			if onOutput != nil && len(data) > 0 {
 				return false, onOutput(Stream(line.Type), data)
 			}
 		case "exit":
-			*res = line.result()
+			*res = execResultFrom(&line.ExecResult)
 			if len(line.Error) > 0 {
 				_ = json.Unmarshal(line.Error, &(*res).Error)
 			}
 			return true, nil
 		case "error":
-			return true, parseErrDetail(line.Error).apiError(failed)
+			return true, streamError(parseErrorDetail(line.Error), failed)
 		}
 		return false, nil
 	}

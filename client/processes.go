@@ -2,54 +2,22 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
 )
 
 // Process is one process of a sandbox: any process in it, not only those
-// started through Exec.
-type Process struct {
-	// PID is the process id inside the sandbox; PPID its parent's (1, the
-	// sandbox's agent, for the processes it started and for orphans).
-	PID  int `json:"pid"`
-	PPID int `json:"ppid"`
-	// Cmd is the command line, empty for a zombie; CmdTruncated is set
-	// when the server cut it (64 arguments, 4 KiB).
-	Cmd          []string `json:"cmd"`
-	CmdTruncated bool     `json:"cmd_truncated"`
-	// Name is the executable's name as the kernel keeps it (15 bytes).
-	Name string `json:"name"`
-	// UID is the real uid inside the sandbox; User its account name, when
-	// known.
-	UID  int    `json:"uid"`
-	User string `json:"user,omitempty"`
-	// State is running, sleeping, disk-sleep, stopped, tracing-stop,
-	// zombie, dead, idle, ... or unknown.
-	State string `json:"state"`
-	// Cgroup is the process's cgroup inside the sandbox: /work/cN for the
-	// Nth process tree started in it.
-	Cgroup string `json:"cgroup,omitempty"`
-	// Session is the pid of the started process whose tree holds this one.
-	Session   int       `json:"session"`
-	StartedAt time.Time `json:"started_at"`
-	// StartedByAgent is set for a process the sandbox's agent started and
-	// tracks (an exec, a background process, a code context's kernel):
-	// FollowProcess works on it. Tag and Background are its own.
-	StartedByAgent bool   `json:"started_by_agent"`
-	Tag            string `json:"tag,omitempty"`
-	Background     bool   `json:"background"`
-}
+// started through Exec. FollowProcess works on one with StartedByAgent
+// set.
+type Process = api.SandboxProcess
 
 // ProcessList is what ListProcesses returns, in the API's wire form.
-type ProcessList struct {
-	Processes []Process `json:"processes"`
-	// Total counts every process of the sandbox (its agent excluded);
-	// Truncated is set when the list left some out (more than 4096).
-	Total     int  `json:"total"`
-	Truncated bool `json:"truncated"`
-}
+type ProcessList = api.ProcessList
 
 // ListProcesses lists every process of sandbox id but its agent, ordered
 // by pid.
@@ -91,7 +59,11 @@ func (c *Client) SignalProcess(ctx context.Context, id string, pid int, signal s
 	if signal == "" {
 		return fmt.Errorf("airlock: a signal is required: %w", ErrInvalid)
 	}
-	in := map[string]string{"signal": signal}
+	sig, err := json.Marshal(signal)
+	if err != nil {
+		return fmt.Errorf("airlock: encode request: %w", err)
+	}
+	in := api.SignalRequest{Signal: sig}
 	return c.doJSON(ctx, http.MethodPost, processPath(id, pid, "/signal"), nil, in, nil, http.StatusNoContent)
 }
 
@@ -107,13 +79,8 @@ func (c *Client) KillAllProcesses(ctx context.Context, id string, wait time.Dura
 	if wait < 0 || wait > time.Minute {
 		return 0, fmt.Errorf("airlock: kill-all wait %v is not within 0..1m: %w", wait, ErrInvalid)
 	}
-	in := map[string]int64{}
-	if wait > 0 {
-		in["timeout_s"] = seconds(wait)
-	}
-	var out struct {
-		Killed int `json:"killed"`
-	}
+	in := api.KillAllRequest{TimeoutS: seconds(wait)}
+	var out api.KillAllResult
 	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "/processes/kill"), nil, in, &out, http.StatusOK); err != nil {
 		return 0, err
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/airlock-sandbox/airlock/api"
 )
 
 // maxPTYWrite is the largest frame PTY.Write sends (the server accepts up
@@ -43,6 +45,12 @@ type PTYExit struct {
 	Error string
 }
 
+// ptyExitFrom is the PTYExit that the wire form e describes.
+func ptyExitFrom(e *api.PtyExit) *PTYExit {
+	return &PTYExit{Status: e.Status, ExitCode: e.ExitCode, Signal: e.Signal,
+		Duration: time.Duration(e.DurationMS) * time.Millisecond, Error: e.Error}
+}
+
 // PTY is an interactive terminal session in a sandbox. Read returns the
 // terminal's output and io.EOF once the session has ended; Write sends
 // keyboard input. The output must be read (or drained): a session whose
@@ -60,16 +68,6 @@ type PTY struct {
 	mu   sync.Mutex
 	exit *PTYExit
 	err  error
-}
-
-// ptyFrame is a text frame from the server.
-type ptyFrame struct {
-	Type       string          `json:"type"`
-	Status     string          `json:"status"`
-	ExitCode   int             `json:"exit_code"`
-	Signal     int             `json:"signal"`
-	DurationMS int64           `json:"duration_ms"`
-	Error      json.RawMessage `json:"error"`
 }
 
 // PTY opens an interactive terminal in sandbox id over a WebSocket.
@@ -162,7 +160,7 @@ func (p *PTY) readLoop(ctx context.Context) {
 
 // frame handles a text frame: the exit report or an error.
 func (p *PTY) frame(data []byte) {
-	var f ptyFrame
+	var f api.PtyFrame
 	if json.Unmarshal(data, &f) != nil {
 		return
 	}
@@ -170,19 +168,15 @@ func (p *PTY) frame(data []byte) {
 	defer p.mu.Unlock()
 	switch f.Type {
 	case "exit":
-		e := &PTYExit{Status: f.Status, ExitCode: f.ExitCode, Signal: f.Signal,
-			Duration: time.Duration(f.DurationMS) * time.Millisecond}
+		x := f.PtyExit
 		if len(f.Error) > 0 {
-			_ = json.Unmarshal(f.Error, &e.Error)
+			_ = json.Unmarshal(f.Error, &x.Error)
 		}
-		p.exit = e
+		p.exit = ptyExitFrom(&x)
 	case "error":
-		var d errDetail
-		_ = json.Unmarshal(f.Error, &d)
-		if d.Code == "" {
-			d.Code, d.Message = "internal", "the terminal session failed"
-		}
-		p.err = &APIError{Status: http.StatusSwitchingProtocols, Code: d.Code, Message: d.Message}
+		e := streamError(parseErrorDetail(f.Error), "the terminal session failed")
+		e.Status = http.StatusSwitchingProtocols
+		p.err = e
 	}
 }
 
@@ -209,7 +203,7 @@ func (p *PTY) Resize(ctx context.Context, cols, rows uint16) error {
 	if cols == 0 || rows == 0 {
 		return fmt.Errorf("airlock: pty resize: cols and rows must be positive: %w", ErrInvalid)
 	}
-	b, _ := json.Marshal(map[string]any{"type": "resize", "cols": cols, "rows": rows})
+	b, _ := json.Marshal(api.PtyResize{Cols: int(cols), Rows: int(rows), Type: "resize"})
 	if err := p.conn.Write(ctx, websocket.MessageText, b); err != nil {
 		return fmt.Errorf("airlock: pty resize: %w", err)
 	}

@@ -4,7 +4,8 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
 )
 
 // PTYToken is a short-lived, single-use credential for one terminal
@@ -14,12 +15,7 @@ import (
 // presents the token consumes it, and it expires at ExpiresAt (30 s after
 // it was made) if unused. The session is authorized as the key that made
 // the token is at that moment: revoking the key refuses its tokens.
-type PTYToken struct {
-	Token     string    `json:"token"`
-	ExpiresAt time.Time `json:"expires_at"`
-	// URL is the PTY route with the token, relative to the server.
-	URL string `json:"url"`
-}
+type PTYToken = api.PTYToken
 
 // PTYToken makes a PTY token for sandbox id (the exec scope is needed).
 func (c *Client) PTYToken(ctx context.Context, id string) (*PTYToken, error) {

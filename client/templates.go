@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
 )
 
 // maxBuildLine caps one line of a streamed build (the done line carries
@@ -56,28 +58,15 @@ type Template struct {
 	Created time.Time `json:"created,omitzero"`
 }
 
-// TemplateLayer is one layer of a template.
-type TemplateLayer struct {
-	// Digest is the layer's diff ID, "sha256:<hex>".
-	Digest string `json:"digest"`
-	Size   int64  `json:"size"`
-	Files  int64  `json:"files"`
-	// Shared is true when another template the caller sees uses the
-	// layer too.
-	Shared bool `json:"shared"`
-}
+// TemplateLayer is one layer of a template: its digest (the layer's diff
+// ID, "sha256:<hex>"), size, files and whether another template the
+// caller sees uses it too.
+type TemplateLayer = api.TemplateLayer
 
-// TemplateConfig holds the defaults a template's sandboxes start with.
-type TemplateConfig struct {
-	Env        []string `json:"env"` // KEY=value
-	Workdir    string   `json:"workdir"`
-	User       string   `json:"user"`
-	Cmd        []string `json:"cmd"`
-	Entrypoint []string `json:"entrypoint"`
-	// Limits are the template's default limits (nil when it sets none):
-	// a sandbox's unset limits take them before the server's defaults.
-	Limits *Limits `json:"limits,omitempty"`
-}
+// TemplateConfig holds the defaults a template's sandboxes start with;
+// its Limits (nil when it sets none) are what a sandbox's unset limits
+// take before the server's defaults.
+type TemplateConfig = api.TemplateConfig
 
 // TemplateDetail is a template with its layers and configuration.
 type TemplateDetail struct {
@@ -89,14 +78,7 @@ type TemplateDetail struct {
 
 // TemplateUsage is the disk use of a server's template store; each layer
 // counts once however many templates and sandboxes use it.
-type TemplateUsage struct {
-	Layers       int   `json:"layers"`
-	Bytes        int64 `json:"bytes"`
-	SharedLayers int   `json:"shared_layers"`
-	SharedBytes  int64 `json:"shared_bytes"`
-	UnusedLayers int   `json:"unused_layers"`
-	UnusedBytes  int64 `json:"unused_bytes"`
-}
+type TemplateUsage = api.TemplateUsage
 
 // TemplateList is the answer of ListTemplates.
 type TemplateList struct {
@@ -110,49 +92,40 @@ type FreedSpace struct {
 	Bytes  int64 `json:"freed_bytes"`
 }
 
-// RegistryAuth holds credentials for an image registry: a username and
-// password, or a bearer token.
-type RegistryAuth struct {
-	Username string `json:"username,omitempty"`
-	Password string `json:"password,omitempty"`
-	Token    string `json:"token,omitempty"`
+// freedSpaceFrom is the FreedSpace that the wire form d describes.
+func freedSpaceFrom(d *api.TemplateDeleted) *FreedSpace {
+	return &FreedSpace{Layers: d.FreedLayers, Bytes: d.FreedBytes}
 }
 
+// RegistryAuth holds credentials for an image registry: a username and
+// password, or a bearer token.
+type RegistryAuth = api.RegistryAuth
+
 // DebianBase is a Debian root filesystem built from Suite with Packages.
-type DebianBase struct {
-	Suite    string   `json:"suite"`
-	Packages []string `json:"packages,omitempty"`
-}
+type DebianBase = api.DebianBase
 
 // BuildTemplateRequest describes a template to build without a build
 // context: give From (an image reference, or "template:NAME") or Debian,
 // with optional Airfile steps (RUN, ENV, WORKDIR, USER), or an Airfile
-// with its own FROM or DEBIAN line.
-type BuildTemplateRequest struct {
-	Name string
-	// Shared builds a template every tenant sees (only the operator may);
-	// without it the template is the caller's tenant's.
-	Shared bool
-	// Replace allows replacing a stored template of the same name
-	// (without it, an existing name is ErrConflict).
-	Replace bool
-	From    string
-	Debian  *DebianBase
-	Airfile string
-	// AllowSetuid keeps set-user-ID and set-group-ID bits on files
-	// (default: stripped; they have no effect in sandboxes).
-	AllowSetuid bool
-	// NoCache rebuilds every step instead of reusing cached layers.
-	NoCache bool
-	// Insecure allows a plain-HTTP registry. Pulling an image from a
-	// registry (From an image reference, or an Airfile's FROM IMAGE) is
-	// the operator's: other keys get ErrForbidden and build from
-	// "template:NAME" or Debian.
-	Insecure     bool
-	RegistryAuth *RegistryAuth
-	// Limits are the template's default limits; unset fields keep a
-	// FROM template's.
-	Limits *Limits
+// with its own FROM or DEBIAN line. Pulling an image from a registry
+// (From an image reference, or an Airfile's FROM IMAGE) is the
+// operator's: other keys get ErrForbidden.
+type BuildTemplateRequest = api.BuildTemplateRequest
+
+// templateFrom is the Template that the wire form t describes.
+func templateFrom(t *api.Template) Template {
+	out := Template{Name: t.Name, Shared: t.Shared, Source: t.Source, Builtin: t.Builtin,
+		Layers: t.Layers, Size: t.Size, SharedBytes: t.SharedBytes}
+	if t.Created != nil {
+		out.Created = *t.Created
+	}
+	return out
+}
+
+// templateDetailFrom is the TemplateDetail that the wire form d
+// describes.
+func templateDetailFrom(d *api.TemplateDetail) *TemplateDetail {
+	return &TemplateDetail{Template: templateFrom(&d.Template), LayerList: d.LayerList, Config: d.Config}
 }
 
 // BuildContextRequest describes a build from an Airfile and a local
@@ -178,11 +151,11 @@ type BuildContextRequest struct {
 
 // The types of build events.
 const (
-	BuildStep     = "step"     // a step starts
-	BuildCached   = "cached"   // a step's layer comes from the cache
-	BuildLog      = "log"      // a line of a step's output
-	BuildProgress = "progress" // bytes of a layer being pulled or stored
-	BuildWarning  = "warning"  // a note before the steps (Text): an Airfile instruction that is ignored
+	BuildStep     = api.BuildStep     // a step starts
+	BuildCached   = api.BuildCached   // a step's layer comes from the cache
+	BuildLog      = api.BuildLog      // a line of a step's output
+	BuildProgress = api.BuildProgress // bytes of a layer being pulled or stored
+	BuildWarning  = api.BuildWarning  // a note before the steps (Text): an Airfile instruction that is ignored
 )
 
 // BuildEvent is one progress report of a build.
@@ -217,11 +190,18 @@ func checkTemplateName(name string) error {
 // its tenant's) and the disk use of their layers (of the whole store for
 // the operator). It needs the templates:read scope.
 func (c *Client) ListTemplates(ctx context.Context) (*TemplateList, error) {
-	var out TemplateList
+	var out api.TemplateList
 	if err := c.doJSON(ctx, http.MethodGet, "/v1/templates", nil, nil, &out, http.StatusOK); err != nil {
 		return nil, err
 	}
-	return &out, nil
+	list := &TemplateList{Usage: out.Usage}
+	if out.Templates != nil {
+		list.Templates = make([]Template, 0, len(out.Templates))
+	}
+	for i := range out.Templates {
+		list.Templates = append(list.Templates, templateFrom(&out.Templates[i]))
+	}
+	return list, nil
 }
 
 // GetTemplate returns the template called name: the caller's tenant's,
@@ -249,11 +229,11 @@ func (c *Client) getTemplate(ctx context.Context, name string, shared bool) (*Te
 	if err := checkTemplateName(name); err != nil {
 		return nil, err
 	}
-	var out TemplateDetail
+	var out api.TemplateDetail
 	if err := c.doJSON(ctx, http.MethodGet, "/v1/templates/"+url.PathEscape(name), sharedQuery(shared), nil, &out, http.StatusOK); err != nil {
 		return nil, err
 	}
-	return &out, nil
+	return templateDetailFrom(&out), nil
 }
 
 // DeleteTemplate removes the template called name (the caller's tenant's,
@@ -275,11 +255,11 @@ func (c *Client) deleteTemplate(ctx context.Context, name string, shared bool) (
 	if err := checkTemplateName(name); err != nil {
 		return nil, err
 	}
-	var out FreedSpace
+	var out api.TemplateDeleted
 	if err := c.doJSON(ctx, http.MethodDelete, "/v1/templates/"+url.PathEscape(name), sharedQuery(shared), nil, &out, http.StatusOK); err != nil {
 		return nil, err
 	}
-	return &out, nil
+	return freedSpaceFrom(&out), nil
 }
 
 // BuildTemplate builds (or imports) a template and returns it once it is
@@ -292,21 +272,8 @@ func (c *Client) BuildTemplate(ctx context.Context, req BuildTemplateRequest, on
 	if err := checkTemplateName(req.Name); err != nil {
 		return nil, err
 	}
-	in := struct {
-		Name         string        `json:"name"`
-		Shared       bool          `json:"shared,omitempty"`
-		From         string        `json:"from,omitempty"`
-		Debian       *DebianBase   `json:"debian,omitempty"`
-		Airfile      string        `json:"airfile,omitempty"`
-		Replace      bool          `json:"replace,omitempty"`
-		AllowSetuid  bool          `json:"allow_setuid,omitempty"`
-		NoCache      bool          `json:"no_cache,omitempty"`
-		Insecure     bool          `json:"insecure,omitempty"`
-		RegistryAuth *RegistryAuth `json:"registry_auth,omitempty"`
-		Limits       *Limits       `json:"limits,omitempty"`
-	}{req.Name, req.Shared, req.From, req.Debian, req.Airfile, req.Replace, req.AllowSetuid, req.NoCache, req.Insecure, req.RegistryAuth, req.Limits}
 	var tpl *TemplateDetail
-	if err := streamJSON(ctx, c, "/v1/templates", in, "build stream", maxBuildLine, onBuildLine(&tpl, onEvent)); err != nil {
+	if err := streamJSON(ctx, c, "/v1/templates", req, "build stream", maxBuildLine, onBuildLine(&tpl, onEvent)); err != nil {
 		return nil, err
 	}
 	return tpl, nil
@@ -550,29 +517,28 @@ func readAirfile(path string) ([]byte, error) {
 	return b, nil
 }
 
-// buildLine is one line of a streamed build.
-type buildLine struct {
-	BuildEvent
-	Template *TemplateDetail `json:"template"`
-	Error    *errDetail      `json:"error"`
+// buildEventFrom is the BuildEvent of a progress line.
+func buildEventFrom(l *api.BuildStreamLine) BuildEvent {
+	return BuildEvent{Type: l.Type, Step: l.Step, Steps: l.Steps, Instruction: l.Instruction, Text: l.Text,
+		Layer: l.Layer, Layers: l.Layers, Done: l.Done, Total: l.Total}
 }
 
 // onBuildLine returns the line handler of a build stream: it passes
 // progress to onEvent and keeps the template of the done line in *tpl.
-func onBuildLine(tpl **TemplateDetail, onEvent func(BuildEvent) error) func(*buildLine) (bool, error) {
-	return func(line *buildLine) (bool, error) {
+func onBuildLine(tpl **TemplateDetail, onEvent func(BuildEvent) error) func(*api.BuildStreamLine) (bool, error) {
+	return func(line *api.BuildStreamLine) (bool, error) {
 		switch line.Type {
-		case "done":
+		case api.BuildDone:
 			if line.Template == nil {
 				return true, fmt.Errorf("airlock: build stream: done without a template: %w", ErrInternal)
 			}
-			*tpl = line.Template
+			*tpl = templateDetailFrom(line.Template)
 			return true, nil
-		case "error":
-			return true, line.Error.apiError("the build failed")
+		case api.BuildError:
+			return true, streamError(line.Error, "the build failed")
 		}
 		if onEvent != nil {
-			return false, onEvent(line.BuildEvent)
+			return false, onEvent(buildEventFrom(line))
 		}
 		return false, nil
 	}

@@ -9,9 +9,11 @@ import (
 )
 
 // TestViewsCarryEveryField checks the client's own types that are views
-// of a wire type (Sandbox, Key, CreatedKey, FileInfo): each has a field
-// for every field of its wire type, and its conversion fills them all, so
-// that a field added to package api is not dropped on its way to callers.
+// of a wire type (Sandbox, Key, CreatedKey, FileInfo, ExecResult,
+// PTYExit, CodeResult, CodeExecution, CodeContext, Template,
+// TemplateDetail, FreedSpace, BuildEvent): each has a field for every
+// field of its wire type, and its conversion fills them all, so that a
+// field added to package api is not dropped on its way to callers.
 func TestViewsCarryEveryField(t *testing.T) {
 	var sb api.Sandbox
 	fill(reflect.ValueOf(&sb).Elem())
@@ -21,22 +23,62 @@ func TestViewsCarryEveryField(t *testing.T) {
 	fill(reflect.ValueOf(&ck).Elem())
 	var fw api.FileWriteResult
 	fill(reflect.ValueOf(&fw).Elem())
+	var er api.ExecResult
+	fill(reflect.ValueOf(&er).Elem())
+	var pe api.PtyExit
+	fill(reflect.ValueOf(&pe).Elem())
+	var cr api.CodeResult
+	fill(reflect.ValueOf(&cr).Elem())
+	cr.PNG, cr.JPEG = "eA==", "eQ==" // base64, as the server sends them
+	var ce api.CodeExecution
+	fill(reflect.ValueOf(&ce).Elem())
+	ce.Results = []api.CodeResult{cr}
+	var cc api.CodeContext
+	fill(reflect.ValueOf(&cc).Elem())
+	var td api.TemplateDetail
+	fill(reflect.ValueOf(&td).Elem())
+	var del api.TemplateDeleted
+	fill(reflect.ValueOf(&del).Elem())
+	var bl api.BuildStreamLine
+	fill(reflect.ValueOf(&bl).Elem())
 	created, err := createdKeyFrom(&ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	result, err := codeResultFrom(&cr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	execution, err := codeExecutionFrom(&ce)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct {
 		wire, view any
-		renamed    map[string]string // wire field -> view field
+		renamed    map[string]string // wire field -> view field ("": not carried, on purpose)
 	}{
 		{sb, *sandboxFrom(&sb), map[string]string{"IdleTimeoutS": "IdleTimeout"}},
 		{k, keyFrom(&k), nil},
 		{ck, created, map[string]string{"Key": "Secret"}},
 		{fw, fileInfo(&fw.FileEntry, fw.SHA256), nil},
+		{er, *execResultFrom(&er), map[string]string{"StdoutB64": "Stdout", "StderrB64": "Stderr", "DurationMS": "Duration", "CPUMS": "CPUTime"}},
+		{pe, *ptyExitFrom(&pe), map[string]string{"Type": "", "DurationMS": "Duration"}},
+		{cr, result, nil},
+		{ce, *execution, map[string]string{"DurationMS": "Duration"}},
+		{cc, CodeContext(cc), nil},
+		{td.Template, templateFrom(&td.Template), nil},
+		{td, *templateDetailFrom(&td), nil},
+		{del, *freedSpaceFrom(&del), map[string]string{"Name": "", "FreedLayers": "Layers", "FreedBytes": "Bytes"}},
+		// A build line's template and error end the stream: they are
+		// BuildTemplate's result and error, not an event's.
+		{bl, buildEventFrom(&bl), map[string]string{"Template": "", "Error": ""}},
 	} {
 		view := reflect.ValueOf(tt.view)
 		for _, name := range leafFields(reflect.TypeOf(tt.wire)) {
 			if n, ok := tt.renamed[name]; ok {
+				if n == "" {
+					continue
+				}
 				name = n
 			}
 			f := view.FieldByName(name)
@@ -47,6 +89,12 @@ func TestViewsCarryEveryField(t *testing.T) {
 				t.Errorf("%T.%s is not filled from %T", tt.view, name, tt.wire)
 			}
 		}
+	}
+	if string(result.PNG) != "x" || string(result.JPEG) != "y" {
+		t.Errorf("images %q %q, want them decoded from base64", result.PNG, result.JPEG)
+	}
+	if _, err := codeResultFrom(&api.CodeResult{PNG: "not base64!"}); err == nil {
+		t.Error("an image that is not base64 converts without an error")
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/api"
 	"github.com/airlock-sandbox/airlock/internal/auth"
@@ -46,21 +47,18 @@ func scopeList() string {
 	return b.String()
 }
 
-// keyJSON is the --json form of a key (the API's wire format).
-type keyJSON struct {
-	ID         string     `json:"id"`
-	Key        string     `json:"key,omitempty"`
-	Name       string     `json:"name"`
-	Scopes     []string   `json:"scopes"`
-	CreatedAt  time.Time  `json:"created_at"`
-	ExpiresAt  *time.Time `json:"expires_at"`
-	LastUsedAt *time.Time `json:"last_used_at"`
-	RevokedAt  *time.Time `json:"revoked_at"`
+// toKeyJSON is the --json form of a key: the API's wire format.
+func toKeyJSON(k client.Key) wire.Key {
+	return wire.Key{ID: k.ID, Name: k.Name, Scopes: k.Scopes, CreatedAt: k.CreatedAt.UTC(),
+		ExpiresAt: optTime(k.ExpiresAt), LastUsedAt: optTime(k.LastUsedAt), RevokedAt: optTime(k.RevokedAt)}
 }
 
-func toKeyJSON(k client.Key) keyJSON {
-	return keyJSON{ID: k.ID, Name: k.Name, Scopes: k.Scopes, CreatedAt: k.CreatedAt.UTC(),
-		ExpiresAt: optTime(k.ExpiresAt), LastUsedAt: optTime(k.LastUsedAt), RevokedAt: optTime(k.RevokedAt)}
+// toCreatedKeyJSON is the --json form of a new key, with its secret: the
+// API's wire format.
+func toCreatedKeyJSON(k client.CreatedKey) wire.CreatedKey {
+	j := toKeyJSON(k.Key)
+	return wire.CreatedKey{ID: j.ID, Key: k.Secret, Name: j.Name, Scopes: j.Scopes, CreatedAt: j.CreatedAt,
+		ExpiresAt: j.ExpiresAt, LastUsedAt: j.LastUsedAt, RevokedAt: j.RevokedAt}
 }
 
 func (c *cli) keysCmd(ctx context.Context, args []string) (int, error) {
@@ -112,9 +110,7 @@ func (c *cli) keysCreate(ctx context.Context, args []string) (int, error) {
 		return fail(err)
 	}
 	if *asJSON {
-		out := toKeyJSON(k.Key)
-		out.Key = k.Secret
-		return fail(c.printJSON(out))
+		return fail(c.printJSON(toCreatedKeyJSON(*k)))
 	}
 	// The key alone on stdout, for KEY=$(airlock keys create ...).
 	fmt.Fprintf(c.stderr, "Created key %s (%s) with scopes %s. It is shown only once:\n",
@@ -144,7 +140,7 @@ func (c *cli) keysList(ctx context.Context, args []string) (int, error) {
 		return fail(err)
 	}
 	if *asJSON {
-		out := make([]keyJSON, 0, len(keys))
+		out := make([]wire.Key, 0, len(keys))
 		for _, k := range keys {
 			out = append(out, toKeyJSON(k))
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
 )
 
@@ -28,31 +29,15 @@ const sandboxUsage = `usage:
       Make the sandbox expire DURATION (e.g. 30m) from now.
 `
 
-// sandboxJSON is the --json form of a sandbox: the API's wire format.
-type sandboxJSON struct {
-	ID             string            `json:"id"`
-	State          string            `json:"state"`
-	Template       string            `json:"template"`
-	Limits         client.Limits     `json:"limits"`
-	Metadata       map[string]string `json:"metadata"`
-	CreatedAt      time.Time         `json:"created_at"`
-	ExpiresAt      time.Time         `json:"expires_at"`
-	MaxExpiresAt   time.Time         `json:"max_expires_at"`
-	IdleTimeoutS   int64             `json:"idle_timeout_s,omitempty"`
-	LastActivityAt time.Time         `json:"last_activity_at"`
-	StoppedAt      *time.Time        `json:"stopped_at,omitempty"`
-	EndReason      string            `json:"end_reason,omitempty"`
-	Error          string            `json:"error,omitempty"`
-}
-
-func toSandboxJSON(sb *client.Sandbox) sandboxJSON {
+// toSandboxJSON is the --json form of a sandbox: the API's wire format.
+func toSandboxJSON(sb *client.Sandbox) wire.Sandbox {
 	md := sb.Metadata
 	if md == nil {
 		md = map[string]string{}
 	}
-	return sandboxJSON{
+	return wire.Sandbox{
 		ID:             sb.ID,
-		State:          string(sb.State),
+		State:          sb.State,
 		Template:       sb.Template,
 		Limits:         sb.Limits,
 		Metadata:       md,
@@ -227,7 +212,7 @@ func (c *cli) sandboxList(ctx context.Context, args []string) (int, error) {
 		return fail(err)
 	}
 	if *asJSON {
-		out := make([]sandboxJSON, 0, len(sbs))
+		out := make([]wire.Sandbox, 0, len(sbs))
 		for i := range sbs {
 			out = append(out, toSandboxJSON(&sbs[i]))
 		}

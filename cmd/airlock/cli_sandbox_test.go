@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	wire "github.com/airlock-sandbox/airlock/api"
 )
 
 // TestCLIEndedSandbox checks that sandbox get and ls show why and when a
@@ -16,7 +18,7 @@ func TestCLIEndedSandbox(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		got := decodeJSON[sandboxJSON](t, e.ok("", "sandbox", "get", id, "--json").stdout)
+		got := decodeJSON[wire.Sandbox](t, e.ok("", "sandbox", "get", id, "--json").stdout)
 		if got.StoppedAt != nil {
 			if got.State != "failed" || got.EndReason != "agent_died" || got.Error == "" {
 				t.Errorf("get --json of a sandbox whose agent died: %+v", got)

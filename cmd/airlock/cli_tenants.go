@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
 )
 
@@ -24,16 +24,10 @@ const tenantsUsage = `usage:
       sandboxes that are not stopped.
 `
 
-// tenantJSON is the --json form of a tenant (the API's wire format).
-type tenantJSON struct {
-	ID           string    `json:"id"`
-	Name         string    `json:"name"`
-	MaxSandboxes int       `json:"max_sandboxes"`
-	CreatedAt    time.Time `json:"created_at"`
-}
-
-func toTenantJSON(t client.Tenant) tenantJSON {
-	return tenantJSON{ID: t.ID, Name: t.Name, MaxSandboxes: t.MaxSandboxes, CreatedAt: t.CreatedAt.UTC()}
+// toTenantJSON is the --json form of a tenant: the API's wire format.
+func toTenantJSON(t client.Tenant) wire.Tenant {
+	t.CreatedAt = t.CreatedAt.UTC()
+	return t
 }
 
 func (c *cli) tenantsCmd(ctx context.Context, args []string) (int, error) {
@@ -82,12 +76,7 @@ func (c *cli) tenantsCreate(ctx context.Context, args []string) (int, error) {
 		return fail(err)
 	}
 	if *asJSON {
-		key := toKeyJSON(t.AdminKey.Key)
-		key.Key = t.AdminKey.Secret
-		return fail(c.printJSON(struct {
-			tenantJSON
-			AdminKey keyJSON `json:"admin_key"`
-		}{toTenantJSON(t.Tenant), key}))
+		return fail(c.printJSON(wire.CreatedTenant{Tenant: toTenantJSON(t.Tenant), AdminKey: toCreatedKeyJSON(t.AdminKey)}))
 	}
 	// The key alone on stdout, for KEY=$(airlock tenants create ...).
 	fmt.Fprintf(c.stderr, "Created tenant %s (%s) and its admin key %s. The key is shown only once:\n",
@@ -117,7 +106,7 @@ func (c *cli) tenantsList(ctx context.Context, args []string) (int, error) {
 		return fail(err)
 	}
 	if *asJSON {
-		out := make([]tenantJSON, 0, len(tenants))
+		out := make([]wire.Tenant, 0, len(tenants))
 		for _, t := range tenants {
 			out = append(out, toTenantJSON(t))
 		}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/api"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/auth"
@@ -156,12 +157,12 @@ func decodeJSON[T any](t *testing.T, s string) T {
 func TestCLISandboxLifecycle(t *testing.T) {
 	e := newCLIEnv(t)
 	id := e.create("-t", "host", "--timeout", "10m", "--memory", "256", "--cpus", "0.5", "-m", "job=7", "-e", "A=1")
-	sb := decodeJSON[sandboxJSON](t, e.ok("", "sandbox", "create", "--json", "-m", "job=8").stdout)
+	sb := decodeJSON[wire.Sandbox](t, e.ok("", "sandbox", "create", "--json", "-m", "job=8").stdout)
 	if !sandbox.ValidID(sb.ID) || sb.State != "running" || sb.Metadata["job"] != "8" {
 		t.Errorf("create --json: %+v", sb)
 	}
 
-	got := decodeJSON[sandboxJSON](t, e.ok("", "sandbox", "get", id, "--json").stdout)
+	got := decodeJSON[wire.Sandbox](t, e.ok("", "sandbox", "get", id, "--json").stdout)
 	if got.ID != id || got.Limits.MemoryMB != 256 || got.Limits.CPUs != 0.5 || got.Metadata["job"] != "7" ||
 		time.Until(got.ExpiresAt) < 9*time.Minute || time.Until(got.ExpiresAt) > 11*time.Minute {
 		t.Errorf("get --json: %+v", got)
@@ -183,20 +184,20 @@ func TestCLISandboxLifecycle(t *testing.T) {
 		!strings.Contains(table, "job=7") {
 		t.Errorf("sandbox ls:\n%s", table)
 	}
-	if l := decodeJSON[[]sandboxJSON](t, e.ok("", "sandbox", "ls", "--json").stdout); len(l) != 2 {
+	if l := decodeJSON[[]wire.Sandbox](t, e.ok("", "sandbox", "ls", "--json").stdout); len(l) != 2 {
 		t.Errorf("ls --json: %d sandboxes", len(l))
 	}
-	if l := decodeJSON[[]sandboxJSON](t, e.ok("", "sandbox", "ls", "-m", "job=8", "--json").stdout); len(l) != 1 || l[0].ID != sb.ID {
+	if l := decodeJSON[[]wire.Sandbox](t, e.ok("", "sandbox", "ls", "-m", "job=8", "--json").stdout); len(l) != 1 || l[0].ID != sb.ID {
 		t.Errorf("ls -m job=8: %+v", l)
 	}
-	if l := decodeJSON[[]sandboxJSON](t, e.ok("", "sandbox", "ls", "--state", "stopped", "--json").stdout); len(l) != 0 {
+	if l := decodeJSON[[]wire.Sandbox](t, e.ok("", "sandbox", "ls", "--state", "stopped", "--json").stdout); len(l) != 0 {
 		t.Errorf("ls --state stopped: %+v", l)
 	}
 
 	if r := e.ok("", "sandbox", "extend", id, "30m"); !strings.Contains(r.stdout, id+" expires at") {
 		t.Errorf("extend: %q", r.stdout)
 	}
-	got = decodeJSON[sandboxJSON](t, e.ok("", "sandbox", "extend", id, "1h", "--json").stdout)
+	got = decodeJSON[wire.Sandbox](t, e.ok("", "sandbox", "extend", id, "1h", "--json").stdout)
 	if d := time.Until(got.ExpiresAt); d < 59*time.Minute || d > 61*time.Minute {
 		t.Errorf("after extend by 1h, expires in %v", d)
 	}
@@ -204,7 +205,7 @@ func TestCLISandboxLifecycle(t *testing.T) {
 	if r := e.ok("", "sandbox", "rm", id, sb.ID); r.stdout != id+"\n"+sb.ID+"\n" {
 		t.Errorf("rm printed %q", r.stdout)
 	}
-	if got := decodeJSON[sandboxJSON](t, e.ok("", "sandbox", "get", id, "--json").stdout); got.State != "stopped" || got.StoppedAt == nil {
+	if got := decodeJSON[wire.Sandbox](t, e.ok("", "sandbox", "get", id, "--json").stdout); got.State != "stopped" || got.StoppedAt == nil {
 		t.Errorf("after rm: %+v", got)
 	}
 	const missing = "sb-aaaaaaaaaaaaaaaa"
@@ -359,11 +360,11 @@ func TestCLIKeys(t *testing.T) {
 		strings.Contains(table, key) {
 		t.Errorf("keys ls:\n%s", table)
 	}
-	keys := decodeJSON[[]keyJSON](t, e.ok("", "keys", "ls", "--json").stdout)
+	keys := decodeJSON[[]wire.CreatedKey](t, e.ok("", "keys", "ls", "--json").stdout)
 	if len(keys) != 2 || keys[1].ID != id || keys[1].Key != "" || keys[1].RevokedAt != nil {
 		t.Errorf("keys ls --json: %+v", keys)
 	}
-	jk := decodeJSON[keyJSON](t, e.ok("", "keys", "create", "--name", "j", "--scope", "files", "--expires", "24h", "--json").stdout)
+	jk := decodeJSON[wire.CreatedKey](t, e.ok("", "keys", "create", "--name", "j", "--scope", "files", "--expires", "24h", "--json").stdout)
 	if jk.Key == "" || jk.ExpiresAt == nil || time.Until(*jk.ExpiresAt) < 23*time.Hour {
 		t.Errorf("keys create --json: %+v", jk)
 	}
@@ -492,10 +493,7 @@ func TestCLITenants(t *testing.T) {
 	if _, _, ok := auth.ParseToken(key); !ok || !strings.Contains(r.stderr, "acme") || !strings.Contains(r.stderr, "shown only once") {
 		t.Fatalf("tenants create: stdout %q stderr %q", r.stdout, r.stderr)
 	}
-	jt := decodeJSON[struct {
-		tenantJSON
-		AdminKey keyJSON `json:"admin_key"`
-	}](t, e.ok("", "tenants", "create", "--json", "Generated").stdout)
+	jt := decodeJSON[wire.CreatedTenant](t, e.ok("", "tenants", "create", "--json", "Generated").stdout)
 	if !strings.HasPrefix(jt.ID, "t-") || jt.Name != "Generated" || jt.AdminKey.Key == "" || strings.Join(jt.AdminKey.Scopes, ",") != "admin" {
 		t.Errorf("tenants create --json: %+v", jt)
 	}
@@ -505,7 +503,7 @@ func TestCLITenants(t *testing.T) {
 			t.Errorf("tenants ls lacks %q:\n%s", want, table)
 		}
 	}
-	list := decodeJSON[[]tenantJSON](t, e.ok("", "tenants", "ls", "--json").stdout)
+	list := decodeJSON[[]wire.Tenant](t, e.ok("", "tenants", "ls", "--json").stdout)
 	if len(list) != 3 {
 		t.Errorf("tenants ls --json: %+v", list)
 	}

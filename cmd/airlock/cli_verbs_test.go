@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
 )
 
@@ -74,7 +75,7 @@ func TestCLIPrune(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		sb := decodeJSON[sandboxJSON](t, e.ok("", "sandbox", "get", broken, "--json").stdout)
+		sb := decodeJSON[wire.Sandbox](t, e.ok("", "sandbox", "get", broken, "--json").stdout)
 		if sb.State == "failed" {
 			if sb.StoppedAt != nil {
 				t.Fatalf("the failed sandbox was released although its release fails: %+v", sb)
@@ -103,7 +104,7 @@ func TestCLIPrune(t *testing.T) {
 // TestCLIIdleTimeout: --idle-timeout reaches the sandbox.
 func TestCLIIdleTimeout(t *testing.T) {
 	e := newCLIEnv(t)
-	sb := decodeJSON[sandboxJSON](t, e.ok("", "sandbox", "create", "--idle-timeout", "5m", "--json").stdout)
+	sb := decodeJSON[wire.Sandbox](t, e.ok("", "sandbox", "create", "--idle-timeout", "5m", "--json").stdout)
 	if sb.IdleTimeoutS != 300 {
 		t.Errorf("idle_timeout_s = %d, want 300", sb.IdleTimeoutS)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
@@ -313,7 +314,7 @@ func TestHealthAndRoutes(t *testing.T) {
 // errCode returns the code of a JSON error body ("" if it is not one).
 func errCode(t *testing.T, body []byte) string {
 	t.Helper()
-	var eb errorBody
+	var eb wire.Error
 	if err := json.Unmarshal(body, &eb); err != nil {
 		return ""
 	}

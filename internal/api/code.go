@@ -4,12 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/interp"
 )
@@ -41,102 +41,38 @@ const (
 // (the interrupt grace, the kernel's start) before the request gives up.
 const codeGrace = 2 * time.Minute
 
-// codeRequest is the body of POST /v1/sandboxes/{id}/code.
-type codeRequest struct {
-	Language  string            `json:"language"`
-	Code      *string           `json:"code"`
-	ContextID string            `json:"context_id"`
-	Env       map[string]string `json:"env"`
-	TimeoutS  int64             `json:"timeout_s"`
-}
+// codeRequest is the body of POST /v1/sandboxes/{id}/code
+// (api.CodeRequest), with its validation.
+type codeRequest wire.CodeRequest
 
-// contextRequest is the body of POST /v1/sandboxes/{id}/contexts.
-type contextRequest struct {
-	Language string            `json:"language"`
-	Cwd      string            `json:"cwd"`
-	Env      map[string]string `json:"env"`
-}
-
-// contextJSON is the wire form of a context.
-type contextJSON struct {
-	ID             string    `json:"id"`
-	Language       string    `json:"language"`
-	Cwd            string    `json:"cwd"`
-	Default        bool      `json:"default"`
-	State          string    `json:"state"`
-	Error          string    `json:"error,omitempty"`
-	ExecutionCount int       `json:"execution_count"`
-	CreatedAt      time.Time `json:"created_at"`
-}
-
-func contextOf(ci interp.ContextInfo) contextJSON {
-	return contextJSON{
+// contextOf is the wire form of ci.
+func contextOf(ci interp.ContextInfo) wire.CodeContext {
+	return wire.CodeContext{
 		ID: ci.ID, Language: string(ci.Language), Cwd: ci.Cwd, Default: ci.Default, State: string(ci.State),
 		Error: ci.Error, ExecutionCount: ci.ExecutionCount, CreatedAt: ci.CreatedAt,
 	}
 }
 
-// codeResultJSON is a result, and with Type "result" a streamed line.
-type codeResultJSON struct {
-	Type         string          `json:"type,omitempty"`
-	IsMainResult bool            `json:"is_main_result"`
-	Text         string          `json:"text,omitempty"`
-	HTML         string          `json:"html,omitempty"`
-	Markdown     string          `json:"markdown,omitempty"`
-	SVG          string          `json:"svg,omitempty"`
-	PNG          string          `json:"png,omitempty"`
-	JPEG         string          `json:"jpeg,omitempty"`
-	LaTeX        string          `json:"latex,omitempty"`
-	JSON         json.RawMessage `json:"json,omitempty"`
-	JavaScript   string          `json:"javascript,omitempty"`
-	Omitted      string          `json:"omitted,omitempty"`
-}
-
-func resultOf(r *interp.Result) codeResultJSON {
-	return codeResultJSON{
+// resultOf is the wire form of r.
+func resultOf(r *interp.Result) wire.CodeResult {
+	return wire.CodeResult{
 		IsMainResult: r.IsMain, Text: r.Text, HTML: r.HTML, Markdown: r.Markdown, SVG: r.SVG,
 		PNG: r.PNG, JPEG: r.JPEG, LaTeX: r.LaTeX, JSON: r.JSON, JavaScript: r.JavaScript, Omitted: r.Omitted,
 	}
 }
 
-// codeErrorJSON is a cell's error, and with Type "error" a streamed line.
-type codeErrorJSON struct {
-	Type      string `json:"type,omitempty"`
-	Name      string `json:"name"`
-	Value     string `json:"value"`
-	Traceback string `json:"traceback"`
+// errorOf is the wire form of e.
+func errorOf(e *interp.ExecError) wire.CodeError {
+	return wire.CodeError{Name: e.Name, Value: e.Value, Traceback: e.Traceback}
 }
 
-// codeEndJSON is how a cell ended, and with Type "end" the last streamed
-// line.
-type codeEndJSON struct {
-	Type             string `json:"type,omitempty"`
-	ContextID        string `json:"context_id"`
-	Language         string `json:"language"`
-	ExecutionCount   int    `json:"execution_count"`
-	Status           string `json:"status"`
-	ExitCode         int    `json:"exit_code"`
-	OutputTruncated  bool   `json:"output_truncated"`
-	ResultsTruncated bool   `json:"results_truncated"`
-	DurationMS       int64  `json:"duration_ms"`
-}
-
-func endOf(e *interp.End) codeEndJSON {
-	return codeEndJSON{
+// endOf is the wire form of e.
+func endOf(e *interp.End) wire.CodeEnd {
+	return wire.CodeEnd{
 		ContextID: e.ContextID, Language: string(e.Language), ExecutionCount: e.ExecutionCount,
 		Status: string(e.Status), ExitCode: e.ExitCode, OutputTruncated: e.OutputTruncated,
 		ResultsTruncated: e.ResultsTruncated, DurationMS: e.Duration.Milliseconds(),
 	}
-}
-
-// codeResponse is the buffered answer to a cell: how it ended, its
-// results in order, its output per stream and its error, if any.
-type codeResponse struct {
-	codeEndJSON
-	Results []codeResultJSON `json:"results"`
-	Stdout  string           `json:"stdout"`
-	Stderr  string           `json:"stderr"`
-	Error   *codeErrorJSON   `json:"error"`
 }
 
 // codeRunner returns the CodeRunner, or the error of a server without one.
@@ -212,8 +148,8 @@ func (h *Handler) runCode(c *call) error {
 	if wantsNDJSON(c.r) {
 		return h.codeStream(ctx, c, runner, sb.ID, rreq)
 	}
-	var out codeResponse
-	out.Results = []codeResultJSON{}
+	var out wire.CodeExecution
+	out.Results = []wire.CodeResult{}
 	var stdout, stderr strings.Builder
 	err = runner.Run(ctx, sb.ID, rreq, func(ev interp.Event) error {
 		switch ev.Type {
@@ -224,9 +160,10 @@ func (h *Handler) runCode(c *call) error {
 		case interp.EventResult:
 			out.Results = append(out.Results, resultOf(ev.Result))
 		case interp.EventError:
-			out.Error = &codeErrorJSON{Name: ev.Error.Name, Value: ev.Error.Value, Traceback: ev.Error.Traceback}
+			e := errorOf(ev.Error)
+			out.Error = &e
 		case interp.EventEnd:
-			out.codeEndJSON = endOf(ev.End)
+			out.CodeEnd = endOf(ev.End)
 		}
 		return nil
 	})
@@ -234,7 +171,7 @@ func (h *Handler) runCode(c *call) error {
 		return err
 	}
 	out.Stdout, out.Stderr = stdout.String(), stderr.String()
-	addCodeDetails(c, out.codeEndJSON)
+	addCodeDetails(c, out.CodeEnd)
 	if err := c.commit(); err != nil {
 		return err
 	}
@@ -242,7 +179,7 @@ func (h *Handler) runCode(c *call) error {
 }
 
 // addCodeDetails records how the cell ended in the audit event.
-func addCodeDetails(c *call, e codeEndJSON) {
+func addCodeDetails(c *call, e wire.CodeEnd) {
 	c.ev.Details["context_id"] = e.ContextID
 	c.ev.Details["language"] = e.Language
 	c.ev.Details["status"] = e.Status
@@ -262,20 +199,17 @@ func (h *Handler) codeStream(ctx context.Context, c *call, runner CodeRunner, id
 	err := runner.Run(ctx, id, req, func(ev interp.Event) error {
 		switch ev.Type {
 		case interp.EventStdout, interp.EventStderr:
-			return nw.writeLine(outputEvent{Type: string(ev.Type), Data: ev.Text})
+			return nw.writeLine(wire.CodeOutputLine{Type: string(ev.Type), Data: ev.Text})
 		case interp.EventResult:
-			r := resultOf(ev.Result)
-			r.Type = "result"
-			return nw.writeLine(r)
+			return nw.writeLine(wire.CodeResultLine{Type: "result", CodeResult: resultOf(ev.Result)})
 		case interp.EventError:
-			return nw.writeLine(codeErrorJSON{Type: "error", Name: ev.Error.Name, Value: ev.Error.Value, Traceback: ev.Error.Traceback})
+			return nw.writeLine(wire.CodeErrorLine{Type: "error", CodeError: errorOf(ev.Error)})
 		case interp.EventEnd:
 			e := endOf(ev.End)
-			e.Type = "end"
 			ended = true
 			addCodeDetails(c, e)
 			c.record("ok")
-			return nw.writeLine(e)
+			return nw.writeLine(wire.CodeEndLine{Type: "end", CodeEnd: e})
 		}
 		return nil
 	})
@@ -304,7 +238,7 @@ func (h *Handler) createContext(c *call) error {
 	if err != nil {
 		return err
 	}
-	var req contextRequest
+	var req wire.CodeContextRequest
 	if err := c.decodeJSON(&req, false); err != nil {
 		return err
 	}
@@ -342,9 +276,7 @@ func (h *Handler) listContexts(c *call) error {
 	if err != nil {
 		return err
 	}
-	out := struct {
-		Contexts []contextJSON `json:"contexts"`
-	}{Contexts: make([]contextJSON, 0, len(list))}
+	out := wire.CodeContextList{Contexts: make([]wire.CodeContext, 0, len(list))}
 	for _, ci := range list {
 		out.Contexts = append(out.Contexts, contextOf(ci))
 	}
@@ -418,5 +350,5 @@ func (h *Handler) interruptContext(c *call) error {
 	if err := c.commit(); err != nil {
 		return err
 	}
-	return c.json(http.StatusOK, map[string]bool{"interrupted": running})
+	return c.json(http.StatusOK, wire.InterruptResult{Interrupted: running})
 }

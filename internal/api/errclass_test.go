@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/runtime/runtimefake"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -22,7 +23,7 @@ import (
 // wantError checks an error response: its status, code and whole message.
 func wantError(t *testing.T, what string, status int, body string, wantStatus int, wantCode, wantMsg string) {
 	t.Helper()
-	var eb errorBody
+	var eb wire.Error
 	if err := json.Unmarshal([]byte(body), &eb); err != nil {
 		t.Errorf("%s: %d %q is not an error body", what, status, body)
 		return

@@ -14,27 +14,27 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
-// The public error codes. A response with a status of 400 or more carries
-// {"error":{"code":...,"message":...}} with one of these codes; the set is
-// stable and part of the API contract (see api/openapi.yaml).
+// The public error codes, by their names in this package: their one list
+// is package api's (api.CodeInvalidArgument, ...), which the Go client
+// shares and openapi.yaml's Error schema documents.
 const (
-	CodeInvalidArgument      = "invalid_argument"       // 400
-	CodeUnauthenticated      = "unauthenticated"        // 401
-	CodePermissionDenied     = "permission_denied"      // 403: the key lacks a scope, or the sandbox refused
-	CodeNotFound             = "not_found"              // 404: also a sandbox of another tenant
-	CodeMethodNotAllowed     = "method_not_allowed"     // 405
-	CodeAlreadyExists        = "already_exists"         // 409
-	CodeFailedPrecondition   = "failed_precondition"    // 409: e.g. the sandbox is not running
-	CodeRequestTooLarge      = "request_too_large"      // 413
-	CodeUnsupportedMediaType = "unsupported_media_type" // 415
-	CodeUpgradeRequired      = "upgrade_required"       // 426: a WebSocket route asked without the upgrade
-	CodeRateLimited          = "rate_limited"           // 429: the key's request rate
-	CodeResourceExhausted    = "resource_exhausted"     // 429: a quota or capacity
-	CodeCanceled             = "canceled"               // 499: the client went away
-	CodeInternal             = "internal"               // 500
-	CodeNotSupported         = "not_supported"          // 501
-	CodeUnavailable          = "unavailable"            // 503
-	CodeTimeout              = "timeout"                // 504
+	CodeInvalidArgument      = wire.CodeInvalidArgument
+	CodeUnauthenticated      = wire.CodeUnauthenticated
+	CodePermissionDenied     = wire.CodePermissionDenied
+	CodeNotFound             = wire.CodeNotFound
+	CodeMethodNotAllowed     = wire.CodeMethodNotAllowed
+	CodeAlreadyExists        = wire.CodeAlreadyExists
+	CodeFailedPrecondition   = wire.CodeFailedPrecondition
+	CodeRequestTooLarge      = wire.CodeRequestTooLarge
+	CodeUnsupportedMediaType = wire.CodeUnsupportedMediaType
+	CodeUpgradeRequired      = wire.CodeUpgradeRequired
+	CodeRateLimited          = wire.CodeRateLimited
+	CodeResourceExhausted    = wire.CodeResourceExhausted
+	CodeCanceled             = wire.CodeCanceled
+	CodeInternal             = wire.CodeInternal
+	CodeNotSupported         = wire.CodeNotSupported
+	CodeUnavailable          = wire.CodeUnavailable
+	CodeTimeout              = wire.CodeTimeout
 )
 
 // StatusClientClosedRequest is the status logged (never seen by a client)
@@ -53,13 +53,6 @@ type apiError struct {
 }
 
 func (e *apiError) Error() string { return e.msg }
-
-// errorBody is the JSON shape of every error response, and errorDetail
-// the error object of a stream's error line (their home is package api).
-type (
-	errorBody   = wire.Error
-	errorDetail = wire.ErrorDetail
-)
 
 // invalidf is a 400 invalid_argument error.
 func invalidf(format string, args ...any) error {
@@ -262,6 +255,6 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		hdr.Set("WWW-Authenticate", `Bearer realm="airlock"`)
 	}
 	w.WriteHeader(status)
-	b, _ := json.Marshal(errorBody{Error: errorDetail{Code: code, Message: msg}})
+	b, _ := json.Marshal(wire.Error{Error: wire.ErrorDetail{Code: code, Message: msg}})
 	_, _ = w.Write(append(b, '\n'))
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
@@ -40,55 +41,9 @@ const ndjsonType = "application/x-ndjson"
 
 var envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// execRequest is the body of POST /v1/sandboxes/{id}/exec. Exactly one of
-// Cmd and Command is set; at most one of Stdin (UTF-8 text) and StdinB64
-// (any bytes, base64).
-type execRequest struct {
-	Cmd      []string          `json:"cmd"`
-	Command  string            `json:"command"`
-	Cwd      string            `json:"cwd"`
-	Env      map[string]string `json:"env"`
-	User     string            `json:"user"`
-	Stdin    *string           `json:"stdin"`
-	StdinB64 []byte            `json:"stdin_b64"`
-	TimeoutS int64             `json:"timeout_s"`
-}
-
-// execResult is the result of an exec, and with Type "exit" the last
-// line of a streamed one. Output that is valid UTF-8 is carried in
-// stdout/stderr; other output in stdout_b64/stderr_b64 (standard base64),
-// never both. A streamed exec carries no output in its exit line.
-type execResult struct {
-	Type            string  `json:"type,omitempty"`
-	Status          string  `json:"status"`
-	ExitCode        int     `json:"exit_code"`
-	Signal          int     `json:"signal"`
-	Stdout          *string `json:"stdout,omitempty"`
-	StdoutB64       *string `json:"stdout_b64,omitempty"`
-	Stderr          *string `json:"stderr,omitempty"`
-	StderrB64       *string `json:"stderr_b64,omitempty"`
-	StdoutTruncated bool    `json:"stdout_truncated"`
-	StderrTruncated bool    `json:"stderr_truncated"`
-	DurationMS      int64   `json:"duration_ms"`
-	CPUMS           int64   `json:"cpu_ms"`
-	PeakMemoryBytes uint64  `json:"peak_memory_bytes"`
-	// Error says why the command could not be started, if it could not.
-	Error string `json:"error,omitempty"`
-}
-
-// outputEvent is one line of streamed output: Data for UTF-8 text,
-// DataB64 for anything else.
-type outputEvent struct {
-	Type    string `json:"type"`
-	Data    string `json:"data,omitempty"`
-	DataB64 string `json:"data_b64,omitempty"`
-}
-
-// errorEvent is the last line of a stream that broke after it started.
-type errorEvent struct {
-	Type  string      `json:"type"`
-	Error errorDetail `json:"error"`
-}
+// execRequest is the body of POST /v1/sandboxes/{id}/exec (api.ExecRequest),
+// with its validation.
+type execRequest wire.ExecRequest
 
 // agentRequest validates req and turns it into an agent request (without
 // output writers). lim supplies the caps and the default timeout.
@@ -250,8 +205,8 @@ func (req *execRequest) commandText() string {
 }
 
 // resultJSON converts an agent result.
-func resultJSON(r *agentclient.ExecResult) execResult {
-	return execResult{
+func resultJSON(r *agentclient.ExecResult) wire.ExecResult {
+	return wire.ExecResult{
 		Status:          string(r.Status),
 		ExitCode:        r.ExitCode,
 		Signal:          r.Signal,
@@ -383,7 +338,7 @@ const jsonChunk = 8 << 10
 // connection, so that the response never exists whole in memory (its
 // JSON escapes could make it 6 times the output). A client that does not
 // take a write within Limits.WriteIdleTimeout has its connection cut.
-func (c *call) writeExecResult(out execResult, stdout, stderr []byte) error {
+func (c *call) writeExecResult(out wire.ExecResult, stdout, stderr []byte) error {
 	head, err := json.Marshal(out) // without the output, which is nil
 	if err != nil {
 		return fmt.Errorf("encode exec result: %w: %v", errdefs.ErrInternal, err)
@@ -469,9 +424,9 @@ func (h *Handler) execStream(ctx context.Context, c *call, id string, areq agent
 	stdin := areq.Stdin
 	areq.Stdin = nil
 	areq.OpenStdin = stdin != nil
-	emit := func(ev outputEvent) error { return nw.writeLine(ev) }
-	stdoutW := &streamWriter{emit: emit, typ: "stdout"}
-	stderrW := &streamWriter{emit: emit, typ: "stderr"}
+	emit := func(ev wire.OutputLine) error { return nw.writeLine(ev) }
+	stdoutW := &streamWriter{emit: emit, typ: wire.StreamStdout}
+	stderrW := &streamWriter{emit: emit, typ: wire.StreamStderr}
 	areq.Stdout, areq.Stderr = stdoutW, stderrW
 	p, err := h.mgr.StartProcess(ctx, id, areq)
 	if err != nil {
@@ -509,9 +464,7 @@ func (h *Handler) execStream(ctx context.Context, c *call, id string, areq agent
 	stderrW.flushRest()
 	addExitDetails(c, res)
 	c.record("ok")
-	out := resultJSON(res)
-	out.Type = "exit"
-	_ = nw.writeLine(out)
+	_ = nw.writeLine(wire.ExecExit{Type: "exit", ExecResult: resultJSON(res)})
 	nw.abortIfFailed()
 	return nil
 }
@@ -612,7 +565,7 @@ func (nw *ndjsonWriter) abortIfFailed() {
 func (nw *ndjsonWriter) endWithError(err error) string {
 	_, code, msg := nw.c.h.publicError(nw.c.explain(err))
 	nw.c.record(code)
-	_ = nw.writeLine(errorEvent{Type: "error", Error: errorDetail{Code: code, Message: msg}})
+	_ = nw.writeLine(wire.StreamError{Type: "error", Error: wire.ErrorDetail{Code: code, Message: msg}})
 	return code
 }
 
@@ -632,7 +585,7 @@ func (nw *ndjsonWriter) done() {
 // split between two chunks stays text. Bytes that are not UTF-8 are sent
 // in "data_b64".
 type streamWriter struct {
-	emit    func(outputEvent) error
+	emit    func(wire.OutputLine) error
 	typ     string
 	pending []byte // an incomplete UTF-8 sequence held back (< 4 bytes)
 }
@@ -646,12 +599,12 @@ func (s *streamWriter) Write(p []byte) (int, error) {
 	}
 	text, bad, rest := splitUTF8(buf)
 	if len(text) > 0 {
-		if err := s.emit(outputEvent{Type: s.typ, Data: string(text)}); err != nil {
+		if err := s.emit(wire.OutputLine{Type: s.typ, Data: string(text)}); err != nil {
 			return 0, err
 		}
 	}
 	if len(bad) > 0 {
-		if err := s.emit(outputEvent{Type: s.typ, DataB64: base64.StdEncoding.EncodeToString(bad)}); err != nil {
+		if err := s.emit(wire.OutputLine{Type: s.typ, DataB64: bad}); err != nil {
 			return 0, err
 		}
 	}
@@ -662,7 +615,7 @@ func (s *streamWriter) Write(p []byte) (int, error) {
 // flushRest sends a held-back incomplete sequence as base64.
 func (s *streamWriter) flushRest() {
 	if len(s.pending) > 0 {
-		_ = s.emit(outputEvent{Type: s.typ, DataB64: base64.StdEncoding.EncodeToString(s.pending)})
+		_ = s.emit(wire.OutputLine{Type: s.typ, DataB64: s.pending})
 		s.pending = nil
 	}
 }

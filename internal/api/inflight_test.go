@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/auth"
@@ -284,7 +284,7 @@ func TestWriteExecResult(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
 			c := &call{h: &Handler{lim: Limits{}.withDefaults()}, w: &statusWriter{ResponseWriter: rec}}
-			out := execResult{Status: "success", DurationMS: 5, StdoutTruncated: true}
+			out := wire.ExecResult{Status: "success", DurationMS: 5, StdoutTruncated: true}
 			if err := c.writeExecResult(out, tt.stdout, tt.stderr); err != nil {
 				t.Fatal(err)
 			}
@@ -310,14 +310,14 @@ func TestWriteExecResult(t *testing.T) {
 	}
 }
 
-// encodeWhole is the output's encoding as one string.
-func encodeWhole(b []byte) (text, b64 *string) {
+// encodeWhole is the output's encoding as one string: text, or the
+// bytes that encoding/json writes in standard base64.
+func encodeWhole(b []byte) (text *string, b64 []byte) {
 	if utf8.Valid(b) {
 		s := string(b)
 		return &s, nil
 	}
-	s := base64.StdEncoding.EncodeToString(b)
-	return nil, &s
+	return nil, b
 }
 
 // TestExecAuditInput checks that an exec's audit record carries the

@@ -3,13 +3,13 @@ package api
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -92,7 +92,7 @@ func TestBadInput(t *testing.T) {
 			if tt.code == "" {
 				return
 			}
-			var eb errorBody
+			var eb wire.Error
 			_ = json.Unmarshal(got, &eb)
 			t.Logf("%d %s: %s", resp.StatusCode, eb.Error.Code, eb.Error.Message)
 			if !strings.Contains(eb.Error.Message, tt.msg) {
@@ -226,8 +226,8 @@ func FuzzStreamWriter(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, cut uint8) {
 		var got []byte
 		usedB64 := false
-		w := &streamWriter{typ: "stdout", emit: func(ev outputEvent) error {
-			if ev.Data != "" && ev.DataB64 != "" || ev.Data == "" && ev.DataB64 == "" {
+		w := &streamWriter{typ: "stdout", emit: func(ev wire.OutputLine) error {
+			if ev.Data != "" && len(ev.DataB64) != 0 || ev.Data == "" && len(ev.DataB64) == 0 {
 				t.Fatalf("event %+v must carry exactly one of data and data_b64", ev)
 			}
 			if !utf8.ValidString(ev.Data) {
@@ -238,11 +238,7 @@ func FuzzStreamWriter(f *testing.F) {
 				return nil
 			}
 			usedB64 = true
-			b, err := base64.StdEncoding.DecodeString(ev.DataB64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, b...)
+			got = append(got, ev.DataB64...)
 			return nil
 		}}
 		i := int(cut) % (len(data) + 1)

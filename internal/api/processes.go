@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
@@ -32,38 +33,14 @@ const (
 // maxKillAllTimeout caps timeout_s of a kill-all (the agent's limit).
 const maxKillAllTimeout = agentclient.MaxKillAllWait
 
-// processJSON is the wire form of one process of a sandbox.
-type processJSON struct {
-	PID            int       `json:"pid"`
-	PPID           int       `json:"ppid"`
-	Cmd            []string  `json:"cmd"`
-	CmdTruncated   bool      `json:"cmd_truncated"`
-	Name           string    `json:"name"`
-	UID            int       `json:"uid"`
-	User           string    `json:"user,omitempty"`
-	State          string    `json:"state"`
-	Cgroup         string    `json:"cgroup,omitempty"`
-	Session        int       `json:"session"`
-	StartedAt      time.Time `json:"started_at"`
-	StartedByAgent bool      `json:"started_by_agent"`
-	Tag            string    `json:"tag,omitempty"`
-	Background     bool      `json:"background"`
-}
-
-// processListJSON is the body of GET /v1/sandboxes/{id}/processes.
-type processListJSON struct {
-	Processes []processJSON `json:"processes"`
-	Total     int           `json:"total"`
-	Truncated bool          `json:"truncated"`
-}
-
 // stateNames spells out /proc's state letters.
 var stateNames = map[string]string{
 	"R": "running", "S": "sleeping", "D": "disk-sleep", "T": "stopped", "t": "tracing-stop",
 	"Z": "zombie", "X": "dead", "I": "idle", "P": "parked", "W": "waking", "K": "wakekill",
 }
 
-func processOf(p agentclient.SandboxProcess) processJSON {
+// processOf is the wire form of p.
+func processOf(p agentclient.SandboxProcess) wire.SandboxProcess {
 	state := stateNames[p.State]
 	if state == "" {
 		state = "unknown"
@@ -72,7 +49,7 @@ func processOf(p agentclient.SandboxProcess) processJSON {
 	if cmd == nil {
 		cmd = []string{}
 	}
-	return processJSON{
+	return wire.SandboxProcess{
 		PID: p.PID, PPID: p.PPID, Cmd: cmd, CmdTruncated: p.ArgvTruncated, Name: p.Name,
 		UID: p.UID, User: p.User, State: state, Cgroup: p.Cgroup, Session: p.Session,
 		StartedAt: p.StartedAt.UTC(), StartedByAgent: p.Tracked, Tag: p.Tag, Background: p.Background,
@@ -89,7 +66,7 @@ func (h *Handler) listProcesses(c *call) error {
 	if err != nil {
 		return err
 	}
-	out := processListJSON{Processes: make([]processJSON, 0, len(l.Processes)), Total: l.Total, Truncated: l.Truncated}
+	out := wire.ProcessList{Processes: make([]wire.SandboxProcess, 0, len(l.Processes)), Total: l.Total, Truncated: l.Truncated}
 	for _, p := range l.Processes {
 		out.Processes = append(out.Processes, processOf(p))
 	}
@@ -104,13 +81,6 @@ func (c *call) pathPID() (int, error) {
 		return 0, invalidf("malformed pid; want a process id of the sandbox (a positive integer)")
 	}
 	return pid, nil
-}
-
-// signalRequest is the body of POST /v1/sandboxes/{id}/processes/{pid}/signal.
-type signalRequest struct {
-	// Signal is a name ("TERM", "SIGKILL") or a number (1..64), as a JSON
-	// string or number.
-	Signal json.RawMessage `json:"signal"`
 }
 
 // signalNames are the signals known by name; others by number.
@@ -174,7 +144,7 @@ func (h *Handler) signalProcess(c *call) error {
 	if err != nil {
 		return err
 	}
-	var req signalRequest
+	var req wire.SignalRequest
 	if err := c.decodeJSON(&req, false); err != nil {
 		return err
 	}
@@ -200,20 +170,13 @@ func (h *Handler) signalProcess(c *call) error {
 	return nil
 }
 
-// killAllRequest is the optional body of POST /v1/sandboxes/{id}/processes/kill.
-type killAllRequest struct {
-	// TimeoutS bounds the wait for the last process to be reaped; 0 means
-	// 10 s.
-	TimeoutS int64 `json:"timeout_s"`
-}
-
 // killAllProcesses serves POST /v1/sandboxes/{id}/processes/kill.
 func (h *Handler) killAllProcesses(c *call) error {
 	sb, err := c.agentSandbox()
 	if err != nil {
 		return err
 	}
-	var req killAllRequest
+	var req wire.KillAllRequest
 	if err := c.decodeJSON(&req, true); err != nil {
 		return err
 	}
@@ -238,7 +201,7 @@ func (h *Handler) killAllProcesses(c *call) error {
 	if err := c.commit(); err != nil {
 		return err
 	}
-	return c.json(http.StatusOK, map[string]int{"killed": n})
+	return c.json(http.StatusOK, wire.KillAllResult{Killed: n})
 }
 
 // processOutput serves GET /v1/sandboxes/{id}/processes/{pid}/output: the
@@ -265,9 +228,9 @@ func (h *Handler) processOutput(c *call) error {
 	defer cancel()
 	nw := &ndjsonWriter{c: c, rc: http.NewResponseController(c.w), idle: h.lim.WriteIdleTimeout, onFail: cancel}
 	defer nw.done()
-	emit := func(ev outputEvent) error { return nw.writeLine(ev) }
-	stdoutW := &streamWriter{emit: emit, typ: "stdout"}
-	stderrW := &streamWriter{emit: emit, typ: "stderr"}
+	emit := func(ev wire.OutputLine) error { return nw.writeLine(ev) }
+	stdoutW := &streamWriter{emit: emit, typ: wire.StreamStdout}
+	stderrW := &streamWriter{emit: emit, typ: wire.StreamStderr}
 	p, err := h.mgr.ConnectProcess(ctx, sb.ID, pid, stdoutW, stderrW)
 	if err != nil {
 		return err
@@ -289,9 +252,7 @@ func (h *Handler) processOutput(c *call) error {
 	}
 	stdoutW.flushRest()
 	stderrW.flushRest()
-	out := resultJSON(res)
-	out.Type = "exit"
-	_ = nw.writeLine(out)
+	_ = nw.writeLine(wire.ExecExit{Type: "exit", ExecResult: resultJSON(res)})
 	nw.abortIfFailed()
 	return nil
 }

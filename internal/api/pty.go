@@ -18,6 +18,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -53,23 +54,6 @@ const (
 	// maxPTYFrame caps one frame from the client.
 	maxPTYFrame = 256 << 10
 )
-
-// ptyControl is a text frame from the client.
-type ptyControl struct {
-	Type string `json:"type"`
-	Cols int    `json:"cols"`
-	Rows int    `json:"rows"`
-}
-
-// ptyExit is the server's last text frame after the process ended.
-type ptyExit struct {
-	Type       string `json:"type"`
-	Status     string `json:"status"`
-	ExitCode   int    `json:"exit_code"`
-	Signal     int    `json:"signal"`
-	DurationMS int64  `json:"duration_ms"`
-	Error      string `json:"error,omitempty"`
-}
 
 // ptyParams are the validated query parameters of a PTY request.
 type ptyParams struct {
@@ -258,7 +242,7 @@ func (h *Handler) pty(c *call) error {
 	} else {
 		addExitDetails(c, res)
 		c.record("ok")
-		b, _ := json.Marshal(ptyExit{Type: "exit", Status: string(res.Status), ExitCode: res.ExitCode,
+		b, _ := json.Marshal(wire.PtyExit{Type: "exit", Status: string(res.Status), ExitCode: res.ExitCode,
 			Signal: res.Signal, DurationMS: res.Duration.Milliseconds(), Error: clean(res.Error)})
 		wctx, wcancel := context.WithTimeout(wsCtx, 5*time.Second)
 		_ = conn.Write(wctx, websocket.MessageText, b)
@@ -279,7 +263,7 @@ func (h *Handler) ptyFail(ctx context.Context, c *call, conn *websocket.Conn, er
 	_, code, msg := h.publicError(err)
 	h.log.Warn("pty session failed", "err", err)
 	c.record(code)
-	b, _ := json.Marshal(errorEvent{Type: "error", Error: errorDetail{Code: code, Message: msg}})
+	b, _ := json.Marshal(wire.StreamError{Type: "error", Error: wire.ErrorDetail{Code: code, Message: msg}})
 	// ctx may have ended with the session: the last frame gets its own
 	// time.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -308,7 +292,7 @@ func (h *Handler) ptyReadLoop(ctx, wsCtx context.Context, conn *websocket.Conn, 
 			n, _ := in.Write(data)
 			digest.add(data[:n])
 		case websocket.MessageText:
-			var ctl ptyControl
+			var ctl wire.PtyResize
 			dec := json.NewDecoder(strings.NewReader(string(data)))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&ctl); err != nil || ctl.Type != "resize" ||

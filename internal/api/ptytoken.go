@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/auth"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -53,16 +54,6 @@ type KeyChecker interface {
 	KeyPrincipal(ctx context.Context, keyID string) (auth.Principal, error)
 }
 
-// ptyTokenJSON is the answer of POST /v1/sandboxes/{id}/pty/token.
-type ptyTokenJSON struct {
-	Token     string    `json:"token"`
-	ExpiresAt time.Time `json:"expires_at"`
-	// URL is the PTY route with the token, relative to the server: what a
-	// browser opens (ws:// or wss:// and the server's host in front),
-	// adding cols, rows, cmd and user as it wishes.
-	URL string `json:"url"`
-}
-
 // createPTYToken serves POST /v1/sandboxes/{id}/pty/token.
 func (h *Handler) createPTYToken(c *call) error {
 	sb, err := c.ownedSandbox()
@@ -92,7 +83,7 @@ func (h *Handler) createPTYToken(c *call) error {
 	if err := c.commit(); err != nil {
 		return err
 	}
-	return c.json(http.StatusCreated, ptyTokenJSON{
+	return c.json(http.StatusCreated, wire.PTYToken{
 		Token:     token,
 		ExpiresAt: exp.UTC(),
 		URL:       sandboxRoute(sb.ID, "/pty") + "?token=" + token,

@@ -18,6 +18,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/auth"
@@ -70,7 +71,7 @@ func (e *testEnv) ptyWithToken(ctx context.Context, id, token, query string, hdr
 
 // readUntilExit reads a PTY WebSocket until the exit frame and returns
 // the terminal output and the exit frame.
-func readUntilExit(t *testing.T, ctx context.Context, conn *websocket.Conn) (string, ptyExit) {
+func readUntilExit(t *testing.T, ctx context.Context, conn *websocket.Conn) (string, wire.PtyExit) {
 	t.Helper()
 	var out strings.Builder
 	for {
@@ -82,7 +83,7 @@ func readUntilExit(t *testing.T, ctx context.Context, conn *websocket.Conn) (str
 			out.Write(b)
 			continue
 		}
-		var ex ptyExit
+		var ex wire.PtyExit
 		if err := json.Unmarshal(b, &ex); err != nil || ex.Type != "exit" {
 			t.Fatalf("pty text frame %s", b)
 		}

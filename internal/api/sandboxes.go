@@ -18,7 +18,7 @@ import (
 )
 
 // Caps on request fields against overflow and absurd values. A create
-// checks its fields against the real caps first (see createLimits and
+// checks its fields against the real caps first (see checkCreateLimits and
 // createRequest.spec), so that its errors quote those.
 const (
 	// maxTimeoutS caps timeout_s fields (10 years) so that they convert
@@ -34,15 +34,12 @@ const (
 	maxListStates = 16
 )
 
-// limitsJSON is the wire form of runtime.Limits (api.Limits), with its
-// validation.
-type limitsJSON wire.Limits
-
-// limits validates rl (nil means none set) against the bounds a template
-// build accepts and converts it; prefix names its fields in errors
-// ("limits." in a JSON body, "" in a query). A create checks its limits
-// against the real caps first (createLimits).
-func (rl *limitsJSON) limits(prefix string) (runtime.Limits, error) {
+// limitsFrom validates rl, limits in their wire form (nil means none
+// set), against the bounds a template build accepts and converts them;
+// prefix names its fields in errors ("limits." in a JSON body, "" in a
+// query). A create checks its limits against the real caps first
+// (checkCreateLimits).
+func limitsFrom(rl *wire.Limits, prefix string) (runtime.Limits, error) {
 	if rl == nil {
 		return runtime.Limits{}, nil
 	}
@@ -59,15 +56,15 @@ func (rl *limitsJSON) limits(prefix string) (runtime.Limits, error) {
 	return runtime.Limits{CPUs: rl.CPUs, MemoryBytes: rl.MemoryMB << 20, Pids: rl.Pids, DiskBytes: rl.DiskMB << 20}, nil
 }
 
-// createLimits checks the limits of a create request (nil means none
-// set) against the bounds a sandbox really has, max (the manager's
+// checkCreateLimits checks rl, the limits of a create request (nil means
+// none set), against the bounds a sandbox really has, max (the manager's
 // MaxLimits) and the sandbox package's minima, and says them in the
 // request's own units and field names. Fields left 0 take defaults.
-func (rl *limitsJSON) createLimits(max runtime.Limits) error {
+func checkCreateLimits(rl *wire.Limits, max runtime.Limits) error {
 	if rl == nil {
 		return nil
 	}
-	if f := rl.negative(); f != "" {
+	if f := negativeLimit(rl); f != "" {
 		return invalidf("limits.%s must not be negative", f)
 	}
 	switch {
@@ -98,8 +95,8 @@ func (rl *limitsJSON) createLimits(max runtime.Limits) error {
 	return nil
 }
 
-// negative names the first negative field of rl, or is "".
-func (rl *limitsJSON) negative() string {
+// negativeLimit names the first negative field of rl, or is "".
+func negativeLimit(rl *wire.Limits) string {
 	switch {
 	case rl.CPUs < 0:
 		return "cpus"
@@ -114,8 +111,8 @@ func (rl *limitsJSON) negative() string {
 }
 
 // limitsToJSON is the wire form of l.
-func limitsToJSON(l runtime.Limits) limitsJSON {
-	return limitsJSON{CPUs: l.CPUs, MemoryMB: l.MemoryBytes >> 20, Pids: l.Pids, DiskMB: l.DiskBytes >> 20}
+func limitsToJSON(l runtime.Limits) wire.Limits {
+	return wire.Limits{CPUs: l.CPUs, MemoryMB: l.MemoryBytes >> 20, Pids: l.Pids, DiskMB: l.DiskBytes >> 20}
 }
 
 // createRequest is the body of POST /v1/sandboxes (api.CreateSandboxRequest),
@@ -133,7 +130,7 @@ func toSandboxJSON(sb sandbox.Sandbox) wire.Sandbox {
 		ID:             sb.ID,
 		State:          wire.State(sb.State),
 		Template:       templateDisplayName(sb.Template),
-		Limits:         wire.Limits(limitsToJSON(sb.Limits)),
+		Limits:         limitsToJSON(sb.Limits),
 		Metadata:       md,
 		CreatedAt:      sb.CreatedAt.UTC(),
 		ExpiresAt:      sb.ExpiresAt.UTC(),
@@ -164,11 +161,10 @@ func (req *createRequest) spec(owner string, cfg sandbox.Config) (sandbox.Spec, 
 			return sandbox.Spec{}, err
 		}
 	}
-	rl := (*limitsJSON)(req.Limits)
-	if err := rl.createLimits(cfg.MaxLimits); err != nil {
+	if err := checkCreateLimits(req.Limits, cfg.MaxLimits); err != nil {
 		return sandbox.Spec{}, err
 	}
-	l, err := rl.limits("limits.")
+	l, err := limitsFrom(req.Limits, "limits.")
 	if err != nil {
 		return sandbox.Spec{}, err
 	}

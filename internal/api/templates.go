@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"time"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/auth"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
@@ -24,77 +24,6 @@ const (
 // Config.Templates.
 func templatesNotServed() error {
 	return &apiError{status: http.StatusNotImplemented, code: CodeNotSupported, msg: "this server does not manage templates"}
-}
-
-// templateJSON is the wire form of a template in a list.
-type templateJSON struct {
-	Name string `json:"name"`
-	// Source says where a stored template came from; "built-in" for the
-	// daemon's own templates (host).
-	Source  string `json:"source"`
-	Builtin bool   `json:"builtin"`
-	// Shared is true for a template every tenant sees (built-in ones and
-	// the operator's), false for one of the caller's tenant.
-	Shared bool `json:"shared"`
-	// Layers counts the distinct layers; Size is their total size and
-	// SharedBytes the part of it in layers other templates use too.
-	Layers      int        `json:"layers"`
-	Size        int64      `json:"size"`
-	SharedBytes int64      `json:"shared_bytes"`
-	Created     *time.Time `json:"created"`
-}
-
-// templateDetailJSON is the wire form of one template.
-type templateDetailJSON struct {
-	templateJSON
-	// LayerList are the layers, lowest first.
-	LayerList []layerJSON `json:"layer_list"`
-	// Config holds the defaults of the template's sandboxes.
-	Config templateConfigJSON `json:"config"`
-}
-
-// layerJSON is one layer of a template.
-type layerJSON struct {
-	Digest string `json:"digest"`
-	Size   int64  `json:"size"`
-	Files  int64  `json:"files"`
-	// Shared is true when another template the caller sees uses the
-	// layer too.
-	Shared bool `json:"shared"`
-}
-
-// templateConfigJSON is the image configuration a template keeps.
-type templateConfigJSON struct {
-	Env        []string `json:"env"`
-	Workdir    string   `json:"workdir"`
-	User       string   `json:"user"`
-	Cmd        []string `json:"cmd"`
-	Entrypoint []string `json:"entrypoint"`
-	// Limits are the template's default limits, absent when it sets none.
-	Limits *limitsJSON `json:"limits,omitempty"`
-}
-
-// usageJSON is the store's disk use.
-type usageJSON struct {
-	Layers       int   `json:"layers"`
-	Bytes        int64 `json:"bytes"`
-	SharedLayers int   `json:"shared_layers"`
-	SharedBytes  int64 `json:"shared_bytes"`
-	UnusedLayers int   `json:"unused_layers"`
-	UnusedBytes  int64 `json:"unused_bytes"`
-}
-
-// templateListJSON is the body of GET /v1/templates.
-type templateListJSON struct {
-	Templates []templateJSON `json:"templates"`
-	Usage     usageJSON      `json:"usage"`
-}
-
-// templateDeleteJSON is the body of DELETE /v1/templates/{name}.
-type templateDeleteJSON struct {
-	Name        string `json:"name"`
-	FreedLayers int    `json:"freed_layers"`
-	FreedBytes  int64  `json:"freed_bytes"`
 }
 
 // templateName validates the {name} path value.
@@ -139,8 +68,8 @@ func templateOwner(p auth.Principal) (string, error) {
 }
 
 // toTemplateJSON is the wire form of t.
-func toTemplateJSON(t registry.Template) templateJSON {
-	out := templateJSON{Name: t.Name, Source: t.Source, Builtin: t.Builtin, Shared: t.Shared,
+func toTemplateJSON(t registry.Template) wire.Template {
+	out := wire.Template{Name: t.Name, Source: t.Source, Builtin: t.Builtin, Shared: t.Shared,
 		Layers: t.Layers, Size: t.Size, SharedBytes: t.SharedBytes}
 	if !t.Builtin || !t.Created.IsZero() {
 		created := t.Created
@@ -150,13 +79,13 @@ func toTemplateJSON(t registry.Template) templateJSON {
 }
 
 // toDetailJSON is the wire form of d.
-func toDetailJSON(d registry.Detail) templateDetailJSON {
-	out := templateDetailJSON{templateJSON: toTemplateJSON(d.Template), LayerList: make([]layerJSON, 0, len(d.LayerList))}
+func toDetailJSON(d registry.Detail) wire.TemplateDetail {
+	out := wire.TemplateDetail{Template: toTemplateJSON(d.Template), LayerList: make([]wire.TemplateLayer, 0, len(d.LayerList))}
 	for _, l := range d.LayerList {
-		out.LayerList = append(out.LayerList, layerJSON{Digest: l.Digest, Size: l.Size, Files: l.Files, Shared: l.Shared})
+		out.LayerList = append(out.LayerList, wire.TemplateLayer{Digest: l.Digest, Size: l.Size, Files: l.Files, Shared: l.Shared})
 	}
 	cfg := d.Config
-	out.Config = templateConfigJSON{
+	out.Config = wire.TemplateConfig{
 		Env: orEmpty(cfg.Env), Workdir: cfg.Workdir, User: cfg.User,
 		Cmd: orEmpty(cfg.Cmd), Entrypoint: orEmpty(cfg.Entrypoint),
 	}
@@ -168,8 +97,8 @@ func toDetailJSON(d registry.Detail) templateDetailJSON {
 }
 
 // toUsageJSON is the wire form of u.
-func toUsageJSON(u registry.Usage) usageJSON {
-	return usageJSON{Layers: u.Layers, Bytes: u.Bytes, SharedLayers: u.SharedLayers, SharedBytes: u.SharedBytes,
+func toUsageJSON(u registry.Usage) wire.TemplateUsage {
+	return wire.TemplateUsage{Layers: u.Layers, Bytes: u.Bytes, SharedLayers: u.SharedLayers, SharedBytes: u.SharedBytes,
 		UnusedLayers: u.UnusedLayers, UnusedBytes: u.UnusedBytes}
 }
 
@@ -192,7 +121,7 @@ func (h *Handler) listTemplates(c *call) error {
 	if c.p.IsOperator() {
 		usage = ts.StoreUsage()
 	}
-	out := templateListJSON{Templates: make([]templateJSON, 0, len(list)), Usage: toUsageJSON(usage)}
+	out := wire.TemplateList{Templates: make([]wire.Template, 0, len(list)), Usage: toUsageJSON(usage)}
 	for _, t := range list {
 		out.Templates = append(out.Templates, toTemplateJSON(t))
 	}
@@ -265,7 +194,7 @@ func (h *Handler) deleteTemplate(c *call) error {
 	if err := c.commit(); err != nil {
 		return err
 	}
-	return c.json(http.StatusOK, templateDeleteJSON{Name: name, FreedLayers: freed.Layers, FreedBytes: freed.Bytes})
+	return c.json(http.StatusOK, wire.TemplateDeleted{Name: name, FreedLayers: freed.Layers, FreedBytes: freed.Bytes})
 }
 
 func orEmpty(s []string) []string {

@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/auth"
 	"github.com/airlock-sandbox/airlock/internal/template"
 	"github.com/airlock-sandbox/airlock/internal/template/airfile"
@@ -42,55 +43,6 @@ const (
 	// tarType is the media type of a build context upload.
 	tarType = "application/x-tar"
 )
-
-// buildRequestJSON is the JSON body of POST /v1/templates. The base is
-// from (an image reference or template:NAME) or debian; airfile adds
-// steps (without COPY or ADD: a JSON request has no build context), or,
-// without from and debian, is the whole recipe including its base. shared
-// builds a template for every tenant (the operator only); otherwise the
-// template is the caller's tenant's.
-type buildRequestJSON struct {
-	Name         string            `json:"name"`
-	Shared       bool              `json:"shared"`
-	From         string            `json:"from"`
-	Debian       *debianJSON       `json:"debian"`
-	Airfile      string            `json:"airfile"`
-	AllowSetuid  bool              `json:"allow_setuid"`
-	NoCache      bool              `json:"no_cache"`
-	Replace      bool              `json:"replace"`
-	Insecure     bool              `json:"insecure"`
-	RegistryAuth *registryAuthJSON `json:"registry_auth"`
-	Limits       *limitsJSON       `json:"limits"`
-}
-
-// debianJSON is a Debian base: a suite and packages.
-type debianJSON struct {
-	Suite    string   `json:"suite"`
-	Packages []string `json:"packages"`
-}
-
-// registryAuthJSON is the wire form of registry.Credentials.
-type registryAuthJSON struct {
-	Username string `json:"username"`
-	Password string `json:"password"`
-	Token    string `json:"token"`
-}
-
-// buildLineJSON is one line of a streamed build. Numeric fields that are
-// zero are left out. The error line is an errorEvent (see
-// ndjsonWriter.endWithError).
-type buildLineJSON struct {
-	Type        string              `json:"type"`
-	Step        int                 `json:"step,omitempty"`
-	Steps       int                 `json:"steps,omitempty"`
-	Instruction string              `json:"instruction,omitempty"`
-	Text        string              `json:"text,omitempty"`
-	Layer       int                 `json:"layer,omitempty"`
-	Layers      int                 `json:"layers,omitempty"`
-	Done        int64               `json:"done,omitempty"`
-	Total       int64               `json:"total,omitempty"`
-	Template    *templateDetailJSON `json:"template,omitempty"`
-}
 
 // checkRegistryAuth validates credentials: a username with a password, or
 // a token, or nothing.
@@ -139,8 +91,13 @@ func parseRecipe(text string, withContext bool, shift int) (*airfile.File, error
 }
 
 // buildFromJSON validates a JSON build request and turns it into a
-// build request and its parsed recipe.
-func buildFromJSON(in buildRequestJSON) (registry.BuildRequest, *airfile.File, error) {
+// build request and its parsed recipe. The base is from (an image
+// reference or template:NAME) or debian; airfile adds steps (without COPY
+// or ADD: a JSON request has no build context), or, without from and
+// debian, is the whole recipe including its base. shared builds a
+// template for every tenant (the operator only); otherwise the template
+// is the caller's tenant's.
+func buildFromJSON(in wire.BuildTemplateRequest) (registry.BuildRequest, *airfile.File, error) {
 	out := registry.BuildRequest{Name: in.Name, Shared: in.Shared, Replace: in.Replace, NoCache: in.NoCache, AllowSetuid: in.AllowSetuid, Insecure: in.Insecure}
 	if in.Name == "" {
 		return out, nil, invalidf("name is required")
@@ -155,7 +112,7 @@ func buildFromJSON(in buildRequestJSON) (registry.BuildRequest, *airfile.File, e
 		return out, nil, err
 	}
 	var err error
-	if out.Limits, err = in.Limits.limits("limits."); err != nil {
+	if out.Limits, err = limitsFrom(in.Limits, "limits."); err != nil {
 		return out, nil, err
 	}
 	var base string
@@ -204,7 +161,7 @@ func buildFromQuery(raw string) (registry.BuildRequest, error) {
 	if err != nil {
 		return out, err
 	}
-	var lj limitsJSON
+	var lj wire.Limits
 	if s := q.Get("cpus"); s != "" {
 		if lj.CPUs, err = strconv.ParseFloat(s, 64); err != nil {
 			return out, invalidf("cpus must be a number")
@@ -220,7 +177,7 @@ func buildFromQuery(raw string) (registry.BuildRequest, error) {
 			}
 		}
 	}
-	if out.Limits, err = lj.limits(""); err != nil {
+	if out.Limits, err = limitsFrom(&lj, ""); err != nil {
 		return out, err
 	}
 	out.Name = q.Get("name")
@@ -267,7 +224,7 @@ func parseRegistryAuthHeader(vals []string) (registry.Credentials, error) {
 	if err != nil {
 		return out, invalidf("%s must be base64 of a JSON object", registryAuthHeader)
 	}
-	var a registryAuthJSON
+	var a wire.RegistryAuth
 	if err := decodeJSONBytes(raw, &a, false); err != nil {
 		return out, invalidf("%s must be base64 of a JSON object with username and password, or token", registryAuthHeader)
 	}
@@ -345,7 +302,7 @@ func (h *Handler) buildTemplate(c *call) error {
 	case mt == tarType:
 		return h.buildContext(c, ts)
 	case mt == "" || mt == "application/json" || strings.HasSuffix(mt, "+json"):
-		var in buildRequestJSON
+		var in wire.BuildTemplateRequest
 		if err := c.decodeJSON(&in, false); err != nil {
 			return err
 		}
@@ -544,9 +501,9 @@ func (h *Handler) runTemplateJob(c *call, job templateJob) error {
 		return err // the client is gone
 	}
 	for _, w := range job.warnings {
-		_ = nw.writeLine(buildLineJSON{Type: "warning", Text: capText(w, maxLogText)})
+		_ = nw.writeLine(wire.BuildStreamLine{Type: wire.BuildWarning, Text: capText(w, maxLogText)})
 	}
-	sink := &buildSink{write: func(l buildLineJSON) { _ = nw.writeLine(l) }, now: time.Now}
+	sink := &buildSink{write: func(l wire.BuildStreamLine) { _ = nw.writeLine(l) }, now: time.Now}
 	d, err := job.run(ctx, sink.emit)
 	sink.close()
 	if err != nil {
@@ -558,7 +515,7 @@ func (h *Handler) runTemplateJob(c *call, job templateJob) error {
 	addBuildDetails(c, d)
 	c.record("ok")
 	detail := toDetailJSON(d)
-	_ = nw.writeLine(buildLineJSON{Type: "done", Template: &detail})
+	_ = nw.writeLine(wire.BuildStreamLine{Type: wire.BuildDone, Template: &detail})
 	return nil
 }
 
@@ -577,7 +534,7 @@ func addBuildDetails(c *call, d registry.Detail) {
 // capped and made valid UTF-8, and progress lines of one layer are sent
 // at most every progressEvery, except the first and the final one.
 type buildSink struct {
-	write func(buildLineJSON)
+	write func(wire.BuildStreamLine)
 	now   func() time.Time
 
 	mu     sync.Mutex
@@ -606,8 +563,8 @@ func (s *buildSink) close() {
 	s.mu.Unlock()
 }
 
-func (s *buildSink) lineLocked(ev registry.Event) (buildLineJSON, bool) {
-	line := buildLineJSON{Type: ev.Type, Step: max(ev.Step, 0), Steps: max(ev.Steps, 0)}
+func (s *buildSink) lineLocked(ev registry.Event) (wire.BuildStreamLine, bool) {
+	line := wire.BuildStreamLine{Type: ev.Type, Step: max(ev.Step, 0), Steps: max(ev.Steps, 0)}
 	switch ev.Type {
 	case "step", "cached":
 		line.Instruction = capText(ev.Instruction, maxInstructionText)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/template/registry"
@@ -238,7 +239,7 @@ func TestBuildContextHostile(t *testing.T) {
 				hdr[k] = v
 			}
 			resp, b := e.raw("POST", "/v1/templates?"+q, hdr, bytes.NewReader(tt.body))
-			var eb errorBody
+			var eb wire.Error
 			_ = json.Unmarshal(b, &eb)
 			if resp.StatusCode != tt.status || eb.Error.Code != tt.code || !strings.Contains(eb.Error.Message, tt.msgPart) {
 				t.Errorf("got %d %s, want %d %s with %q", resp.StatusCode, b, tt.status, tt.code, tt.msgPart)

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/auth"
@@ -361,7 +362,7 @@ func (e *tplEnv) raw(method, path string, hdr map[string]string, body io.Reader)
 }
 
 func tplErrCode(b []byte) string {
-	var eb errorBody
+	var eb wire.Error
 	_ = json.Unmarshal(b, &eb)
 	return eb.Error.Code
 }
@@ -462,7 +463,7 @@ func TestTemplateBuildJSONResponse(t *testing.T) {
 	if resp.StatusCode != http.StatusCreated || resp.Header.Get("Location") != "/v1/templates/deb" {
 		t.Fatalf("status %d location %q: %s", resp.StatusCode, resp.Header.Get("Location"), b)
 	}
-	var d templateDetailJSON
+	var d wire.TemplateDetail
 	if err := json.Unmarshal(b, &d); err != nil || d.Name != "deb" || len(d.LayerList) != 2 || d.Created == nil {
 		t.Errorf("body %s (%v)", b, err)
 	}
@@ -473,7 +474,7 @@ func TestTemplateBuildJSONResponse(t *testing.T) {
 	if r.Limits != (runtime.Limits{CPUs: 0.5, MemoryBytes: 300 << 20}) {
 		t.Errorf("request limits %+v", r.Limits)
 	}
-	if l := d.Config.Limits; l == nil || *l != (limitsJSON{CPUs: 0.5, MemoryMB: 300}) {
+	if l := d.Config.Limits; l == nil || *l != (wire.Limits{CPUs: 0.5, MemoryMB: 300}) {
 		t.Errorf("template config limits %+v", l)
 	}
 	// Taken now: a second build of the name, and one of host, are
@@ -537,7 +538,7 @@ func TestTemplateBuildValidation(t *testing.T) {
 				hdr["Content-Type"] = tt.ctype
 			}
 			resp, b := e.raw("POST", "/v1/templates", hdr, strings.NewReader(tt.body))
-			var eb errorBody
+			var eb wire.Error
 			_ = json.Unmarshal(b, &eb)
 			if resp.StatusCode != tt.status || !strings.Contains(eb.Error.Message, tt.msg) {
 				t.Errorf("got %d %s, want %d with %q", resp.StatusCode, b, tt.status, tt.msg)
@@ -766,8 +767,8 @@ func TestTemplateDelete(t *testing.T) {
 
 func TestBuildSink(t *testing.T) {
 	now := time.Unix(1000, 0)
-	var lines []buildLineJSON
-	s := &buildSink{write: func(l buildLineJSON) { lines = append(lines, l) }, now: func() time.Time { return now }}
+	var lines []wire.BuildStreamLine
+	s := &buildSink{write: func(l wire.BuildStreamLine) { lines = append(lines, l) }, now: func() time.Time { return now }}
 	p := func(layer int, done, total int64) registry.Event {
 		return registry.Event{Type: "progress", Step: 1, Steps: 1, Layer: layer, Layers: 2, Done: done, Total: total}
 	}
@@ -840,7 +841,7 @@ func TestBuiltinProvenance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	builtin := map[string]templateJSON{}
+	builtin := map[string]wire.Template{}
 	list, _ := ts.List(tenantA)
 	for _, tp := range list {
 		builtin[tp.Name] = toTemplateJSON(tp)

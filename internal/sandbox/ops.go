@@ -168,8 +168,10 @@ func (m *Manager) Ended(ctx context.Context, id string) error {
 // endedState returns the agent client of sandbox id while the manager
 // lists it as running, and otherwise the error that says what became of
 // it: why it ended (its EndReason: deleted, expired, idle, its agent
-// died...), as far as the manager still knows. Both are nil for a running
-// sandbox of a manager that is shut down (nothing can be told).
+// died...), as far as the manager still knows. Both are nil where nothing
+// can be told: a running sandbox of a manager that is shut down, and one
+// that a restarted daemon is still adopting (it has not ended; the
+// request's own error, unavailable, says to retry).
 func (m *Manager) endedState(id string) (*agentclient.Client, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -185,6 +187,8 @@ func (m *Manager) endedState(id string) (*agentclient.Client, error) {
 			return nil, nil
 		}
 		return rec.client, nil
+	case sb.State == StateAdopting:
+		return nil, nil
 	case sb.EndReason == EndDeleted:
 		return nil, fmt.Errorf("sandbox %s was deleted while the request ran: %w", id, errdefs.ErrFailedPrecondition)
 	case sb.State == StateFailed && sb.Error != "":

@@ -316,10 +316,21 @@ func TestEnded(t *testing.T) {
 		}
 		return sb
 	}
-	live, hung, deleted := create(), create(), create()
+	live, hung, deleted, adopting := create(), create(), create(), create()
 	if err := m.Ended(ctx, live.ID); err != nil {
 		t.Errorf("Ended of a running sandbox: %v", err)
 	}
+	// A sandbox a restarted daemon is adopting has not ended: the
+	// request's own error (unavailable: retry) stands.
+	m.mu.Lock()
+	m.records[adopting.ID].sb.State = StateAdopting
+	m.mu.Unlock()
+	if err := m.Ended(ctx, adopting.ID); err != nil {
+		t.Errorf("Ended of an adopting sandbox: %v, want nil", err)
+	}
+	m.mu.Lock()
+	m.records[adopting.ID].sb.State = StateRunning
+	m.mu.Unlock()
 	if got, _ := m.Get(live.ID); !got.LastActivity.Equal(live.LastActivity) {
 		t.Errorf("Ended moved LastActivity from %v to %v", live.LastActivity, got.LastActivity)
 	}

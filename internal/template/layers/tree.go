@@ -24,6 +24,12 @@ type TreeOptions struct {
 	// size (a sparse entry, whose holes cost no input, counts at its
 	// full size).
 	MaxBytes int64
+	// FilesOnly is the policy of a tree that the daemon reads as data,
+	// such as an OCI image layout, where a link could make it read a
+	// host file: only directories and regular files (no links), no
+	// entry that appears twice (a directory may be declared again), and
+	// every file 0600 and every directory 0700 whatever its header says.
+	FilesOnly bool
 }
 
 // TreeStats counts what ExtractTree read and wrote.
@@ -55,9 +61,11 @@ func (e *LimitError) Unwrap() error { return errdefs.ErrResourceExhausted }
 // symbolic links (relative, and inside the tree when resolved from their
 // directory) and hard links (to an earlier entry); no whiteouts (a ".wh."
 // name is a plain name), no writing through a symbolic link, no file
-// replacing a directory. Owners, times and extended attributes are not
-// kept; modes keep their permission bits only, with owner access added
-// (files 0600, directories 0700). Errors wrap errdefs classes: invalid
+// replacing a directory; a later entry replaces an earlier file or link.
+// Owners, times and extended attributes are not kept; modes keep their
+// permission bits only, with owner access added (files 0600, directories
+// 0700). TreeOptions.FilesOnly makes the policy stricter still: no links,
+// no entry replaced, fixed modes. Errors wrap errdefs classes: invalid
 // argument for a bad entry or stream, a *LimitError for a cap, resource
 // exhausted for a full disk, the reader's own failure's class for a
 // failed read (a caller that needs the failure keeps it from its reader).
@@ -120,6 +128,10 @@ func (p *treePolicy) check(hdr *tar.Header, written int64) error {
 	name, err := p.path(hdr.Name)
 	if err != nil {
 		return err
+	}
+	if p.opts.FilesOnly && hdr.Typeflag != tar.TypeDir && hdr.Typeflag != tar.TypeReg {
+		return p.invalid("%s entry %q: only files and directories are allowed (type %q)",
+			p.opts.Name, quoteName(hdr.Name), string(hdr.Typeflag))
 	}
 	switch hdr.Typeflag {
 	case tar.TypeDir:
@@ -189,11 +201,37 @@ func (p *treePolicy) linkTarget(name, target string) error {
 }
 
 // mode is the mode of a tree entry: its permission bits, with owner
-// access added.
+// access added; 0700 or 0600 alone for a FilesOnly tree.
 func (p *treePolicy) mode(hdr *tar.Header) uint32 {
 	m := uint32(hdr.Mode) & 0o777
+	if p.opts.FilesOnly {
+		m = 0
+	}
 	if hdr.Typeflag == tar.TypeDir {
 		return m | 0o700
 	}
 	return m | 0o600
+}
+
+// parentMode is the mode of a directory the tree does not list but an
+// entry's path needs.
+func (p *treePolicy) parentMode() uint32 {
+	if p.opts.FilesOnly {
+		return 0o700
+	}
+	return 0o755
+}
+
+// replace is the error of an entry whose name exists already (a
+// directory if isDir), or nil when the entry may replace what exists. A
+// directory is replaced by nothing but a directory (which keeps it); in
+// a FilesOnly tree nothing is replaced.
+func (p *treePolicy) replace(name string, isDir bool) error {
+	switch {
+	case p.opts.FilesOnly:
+		return p.invalid("%s entry %q appears twice", p.opts.Name, quoteName(name))
+	case isDir:
+		return p.invalid("%s entry %q could not be unpacked: a directory of that name exists", p.opts.Name, quoteName(name))
+	}
+	return nil
 }

@@ -6,8 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -170,6 +172,111 @@ func TestExtractTreeHostile(t *testing.T) {
 	}
 }
 
+// layoutOpts is a FilesOnly tree's options, as an image import gives.
+var layoutOpts = TreeOptions{Name: "image layout", MaxEntries: 50, MaxBytes: 64 << 10, FilesOnly: true}
+
+// TestExtractTreeFilesOnly: a FilesOnly tree (an OCI image layout) holds
+// directories and regular files, each 0700 or 0600 whatever its header
+// says (implied parents too); a directory may be declared again; ".wh."
+// names are plain names.
+func TestExtractTreeFilesOnly(t *testing.T) {
+	_, dir := treeDir(t)
+	st, err := ExtractTree(context.Background(), dir, bytes.NewReader(makeTar(t,
+		ent{name: "./", typ: tar.TypeDir, mode: 0o755},
+		ent{name: "oci-layout", body: "{}", mode: 0o6755, uid: 100000},
+		ent{name: "blobs/sha256/ab", body: "blob", mode: 0o444},
+		ent{name: "blobs/", typ: tar.TypeDir, mode: 0o555},
+		ent{name: "blobs/", typ: tar.TypeDir, mode: 0o777},
+		ent{name: ".wh..wh..opq", body: "plain"},
+	)), layoutOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Entries != 6 || st.Bytes != 11 {
+		t.Errorf("stats %+v", st)
+	}
+	snap := plainSnapshot(dir)
+	want := map[string]string{"oci-layout": "600:{}", "blobs": "dir", "blobs/sha256": "dir", "blobs/sha256/ab": "600:blob", ".wh..wh..opq": "600:plain"}
+	if len(snap) != len(want) {
+		t.Errorf("tree %v, want %v", snap, want)
+	}
+	for k, v := range want {
+		if snap[k] != v {
+			t.Errorf("%s = %q, want %q (all: %v)", k, snap[k], v, snap)
+		}
+	}
+	for _, d := range []string{".", "blobs", "blobs/sha256"} {
+		if fi, err := os.Stat(filepath.Join(dir, d)); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: mode %v %v, want 0700", d, fi.Mode(), err)
+		}
+	}
+}
+
+// TestExtractTreeFilesOnlyHostile: what a FilesOnly tree refuses on top
+// of the tree policy (links, an entry that appears twice), and that the
+// tree policy's checks and caps hold there too; nothing is written beside
+// the tree.
+func TestExtractTreeFilesOnlyHostile(t *testing.T) {
+	many := []ent{}
+	for i := range 60 {
+		many = append(many, ent{name: "f" + strings.Repeat("x", i)})
+	}
+	tests := []struct {
+		name  string
+		body  []byte
+		class error
+		msg   string
+	}{
+		{"symlink", makeTar(t, ent{name: "blobs/sha256/link", typ: tar.TypeSymlink, link: "/etc/shadow"}), errdefs.ErrInvalidArgument, `image layout entry "blobs/sha256/link": only files and directories are allowed (type "2")`},
+		{"relative symlink", makeTar(t, ent{name: "a", body: "x"}, ent{name: "l", typ: tar.TypeSymlink, link: "a"}), errdefs.ErrInvalidArgument, "only files and directories"},
+		{"hard link", makeTar(t, ent{name: "a", body: "x"}, ent{name: "h", typ: tar.TypeLink, link: "a"}), errdefs.ErrInvalidArgument, `image layout entry "h": only files and directories are allowed (type "1")`},
+		{"fifo", makeTar(t, ent{name: "p", typ: tar.TypeFifo}), errdefs.ErrInvalidArgument, "only files and directories"},
+		{"device", makeTar(t, ent{name: "dev", typ: tar.TypeChar}), errdefs.ErrInvalidArgument, "only files and directories"},
+		{"file twice", makeTar(t, ent{name: "index.json", body: "{}"}, ent{name: "./index.json", body: "{\"evil\":1}"}), errdefs.ErrInvalidArgument, `image layout entry "index.json" appears twice`},
+		{"dir over file", makeTar(t, ent{name: "blobs", body: "x"}, ent{name: "blobs/", typ: tar.TypeDir}), errdefs.ErrInvalidArgument, `image layout entry "blobs" appears twice`},
+		{"file over dir", makeTar(t, ent{name: "blobs/", typ: tar.TypeDir}, ent{name: "blobs", body: "x"}), errdefs.ErrInvalidArgument, `image layout entry "blobs" appears twice`},
+		{"file under file", makeTar(t, ent{name: "a", body: "x"}, ent{name: "a/b", body: "y"}), errdefs.ErrInvalidArgument, "not a directory"},
+		{"file as root", makeTar(t, ent{name: ".", body: "x"}), errdefs.ErrInvalidArgument, "a file cannot be the image layout's root"},
+		{"dotdot", makeTar(t, ent{name: "a/../../evil", body: "x"}), errdefs.ErrInvalidArgument, "names with .."},
+		{"absolute", makeTar(t, ent{name: "/etc/evil", body: "x"}), errdefs.ErrInvalidArgument, "absolute names"},
+		{"too many", makeTar(t, many...), errdefs.ErrResourceExhausted, "the image layout has more than 50 entries"},
+		{"too big", makeTar(t, ent{name: "big", body: strings.Repeat("x", 70<<10)}), errdefs.ErrResourceExhausted, "files of the image layout are larger than the limit of 65536 bytes"},
+		{"sparse bomb", sparseStream(10_000_000_000), errdefs.ErrResourceExhausted, "files of the image layout are larger"},
+		{"not a tar", []byte(strings.Repeat("garbage!", 200)), errdefs.ErrInvalidArgument, "the image layout is not a valid tar"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			parent, dir := treeDir(t)
+			_, err := ExtractTree(context.Background(), dir, bytes.NewReader(tt.body), layoutOpts)
+			if !errors.Is(err, tt.class) || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("err = %v, want %v with %q", err, tt.class, tt.msg)
+			}
+			if tt.class == errdefs.ErrResourceExhausted {
+				var le *LimitError
+				if !errors.As(err, &le) {
+					t.Errorf("err = %#v, want a *LimitError", err)
+				}
+			}
+			if strings.Contains(err.Error(), parent) {
+				t.Errorf("the message shows a host path: %v", err)
+			}
+			if ents, _ := os.ReadDir(parent); len(ents) != 1 {
+				t.Errorf("something was written beside the tree: %v", ents)
+			}
+			if _, err := os.Lstat(filepath.Join(dir, "l")); err == nil {
+				t.Error("a link was made")
+			}
+		})
+	}
+	// A canceled extraction stops with its class.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, dir := treeDir(t)
+	if _, err := ExtractTree(ctx, dir, bytes.NewReader(makeTar(t, ent{name: "a", body: "x"})), layoutOpts); !errors.Is(err, errdefs.ErrCanceled) {
+		t.Errorf("canceled: %v", err)
+	}
+}
+
 // TestExtractTreeBadOptions: caps are required.
 func TestExtractTreeBadOptions(t *testing.T) {
 	_, dir := treeDir(t)
@@ -178,10 +285,14 @@ func TestExtractTreeBadOptions(t *testing.T) {
 	}
 }
 
-// FuzzExtractTree: whatever the tar stream, nothing is written outside
-// the target directory; a failure is the stream's fault (invalid
-// argument, or a cap), never an internal error; what a success leaves is
-// directories, regular files and relative symbolic links only.
+// FuzzExtractTree: whatever the tar stream, under the tree policy and
+// under the FilesOnly one, nothing is written outside the target
+// directory and a failure is the stream's fault (invalid argument, or a
+// cap), never an internal error. What a success leaves is directories,
+// regular files and relative symbolic links only. The stricter policy
+// wins: what FilesOnly accepts the tree policy accepts too, with the same
+// names and contents; it holds only the stream's directories (0700) and
+// regular files (0600), each file named once and never also a directory.
 func FuzzExtractTree(f *testing.F) {
 	f.Add(makeTar(f, ent{name: "Airfile", body: "FROM template:host\n"}, ent{name: "a/b", body: "x"}))
 	f.Add(makeTar(f, ent{name: "l", typ: tar.TypeSymlink, link: "../x"}))
@@ -189,35 +300,118 @@ func FuzzExtractTree(f *testing.F) {
 	f.Add(makeTar(f, ent{name: "d/", typ: tar.TypeDir}, ent{name: "d/../../x", body: "x"}))
 	f.Add(makeTar(f, ent{name: "f", body: "x"}, ent{name: "h", typ: tar.TypeLink, link: "f"}, ent{name: "f/", typ: tar.TypeDir}))
 	f.Add(makeTar(f, ent{name: ".wh..wh..opq"}, ent{name: "d/.wh.f"}, ent{name: "p", typ: tar.TypeFifo}))
+	f.Add(makeTar(f, ent{name: "oci-layout", body: "{}"}, ent{name: "blobs/sha256/ab", body: "b"}, ent{name: "blobs/", typ: tar.TypeDir}, ent{name: "./index.json", body: "{}"}))
+	f.Add(makeTar(f, ent{name: "index.json", body: "a"}, ent{name: "./index.json", body: "b"}))
+	f.Add(makeTar(f, ent{name: "a", body: "x"}, ent{name: "a/", typ: tar.TypeDir}, ent{name: "a/b", body: "y"}))
 	f.Add(sparseStream(10_000_000_000))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		parent, dir := treeDir(t)
-		_, err := ExtractTree(context.Background(), dir, bytes.NewReader(data), TreeOptions{Name: "build context", MaxEntries: 1000, MaxBytes: 1 << 20})
-		if err != nil {
-			if c := errdefs.Class(err); c != errdefs.ErrInvalidArgument && c != errdefs.ErrResourceExhausted {
-				t.Errorf("error %v has class %v", err, c)
-			}
-		}
-		if ents, _ := os.ReadDir(parent); len(ents) != 1 {
-			t.Errorf("written outside the tree: %v", ents)
-		}
-		if err != nil {
+		plain := fuzzTree(t, data, TreeOptions{Name: "build context", MaxEntries: 1000, MaxBytes: 1 << 20})
+		strict := fuzzTree(t, data, TreeOptions{Name: "image layout", MaxEntries: 1000, MaxBytes: 1 << 20, FilesOnly: true})
+		if strict == nil {
 			return
 		}
-		_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
+		if plain == nil {
+			t.Fatalf("FilesOnly accepted what the tree policy refused: %v", strict)
+		}
+		want, ok := filesOnlyNames(data)
+		if !ok {
+			t.Fatalf("FilesOnly accepted a link, another type, or a name twice: %v", strict)
+		}
+		if len(strict) != len(want)+1 || len(plain) != len(want)+1 {
+			t.Errorf("FilesOnly tree %v, tree %v; the stream names %v", strict, plain, want)
+		}
+		for name, kind := range want {
+			got := strict[name]
+			if kind == "dir" && got != "dir" || kind == "file" && !strings.HasPrefix(got, "600:") {
+				t.Errorf("%s: %q, want a %s", name, got, kind)
 			}
-			switch typ := d.Type(); {
-			case typ.IsDir(), typ.IsRegular():
-			case typ&fs.ModeSymlink != 0:
-				if l, _ := os.Readlink(p); strings.HasPrefix(l, "/") {
-					t.Errorf("%s: absolute link %q", p, l)
-				}
-			default:
-				t.Errorf("%s: type %v", p, typ)
+			// The tree policy keeps permission bits: compare contents.
+			_, content, _ := strings.Cut(got, ":")
+			if _, pc, _ := strings.Cut(plain[name], ":"); pc != content {
+				t.Errorf("%s: %q under FilesOnly, %q under the tree policy", name, got, plain[name])
 			}
-			return nil
-		})
+		}
+		if strict["."] != "root:700" {
+			t.Errorf("FilesOnly root: %s", strict["."])
+		}
 	})
+}
+
+// fuzzTree extracts data into a new directory under opts, checks what
+// holds whatever the stream, and returns plainSnapshot of the tree with
+// the root's mode ("." is "root:MODE"), or nil if the extraction failed.
+func fuzzTree(t *testing.T, data []byte, opts TreeOptions) map[string]string {
+	t.Helper()
+	parent, dir := treeDir(t)
+	_, err := ExtractTree(context.Background(), dir, bytes.NewReader(data), opts)
+	if err != nil {
+		if c := errdefs.Class(err); c != errdefs.ErrInvalidArgument && c != errdefs.ErrResourceExhausted {
+			t.Errorf("%s: error %v has class %v", opts.Name, err, c)
+		}
+	}
+	if ents, _ := os.ReadDir(parent); len(ents) != 1 {
+		t.Errorf("%s: written outside the tree: %v", opts.Name, ents)
+	}
+	if err != nil {
+		return nil
+	}
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		switch typ := d.Type(); {
+		case typ.IsDir(), typ.IsRegular():
+		case typ&fs.ModeSymlink != 0:
+			if l, _ := os.Readlink(p); strings.HasPrefix(l, "/") {
+				t.Errorf("%s: absolute link %q", p, l)
+			}
+		default:
+			t.Errorf("%s: type %v", p, typ)
+		}
+		return nil
+	})
+	snap := plainSnapshot(dir)
+	if fi, err := os.Stat(dir); err == nil {
+		snap["."] = fmt.Sprintf("root:%o", fi.Mode().Perm())
+	}
+	return snap
+}
+
+// filesOnlyNames reads the headers of the tar stream data and returns
+// the names a FilesOnly tree of it holds ("dir" or "file" each, parents
+// included, the root left out), or false if such a tree may not hold it:
+// a type other than a directory or regular file, a file named twice, or
+// a name both a file and a directory.
+func filesOnlyNames(data []byte) (map[string]string, bool) {
+	names := map[string]string{}
+	tr := tar.NewReader(bytes.NewReader(data))
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return names, true
+		}
+		if err != nil {
+			return nil, false
+		}
+		if hdr.Typeflag == tar.TypeXGlobalHeader {
+			continue
+		}
+		name := path.Clean(hdr.Name)
+		for d := path.Dir(name); d != "." && d != "/"; d = path.Dir(d) {
+			if names[d] == "file" {
+				return nil, false
+			}
+			names[d] = "dir"
+		}
+		switch {
+		case hdr.Typeflag == tar.TypeDir && names[name] != "file":
+			if name != "." {
+				names[name] = "dir"
+			}
+		case hdr.Typeflag == tar.TypeReg && names[name] == "" && name != ".":
+			names[name] = "file"
+		default:
+			return nil, false
+		}
+	}
 }

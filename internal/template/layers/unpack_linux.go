@@ -415,14 +415,17 @@ func (u *unpacker) where() string {
 }
 
 // create runs mk, which makes base in pfd; if base exists, the existing
-// entry is removed first (a later tar entry replaces an earlier one). A
-// tree's directory is not replaced by anything but a directory.
+// entry is removed first (a later tar entry replaces an earlier one),
+// unless a tree's policy refuses that (treePolicy.replace).
 func (u *unpacker) create(pfd int, p, base string, mk func() error) error {
 	err := mk()
 	if errors.Is(err, unix.EEXIST) {
-		var st unix.Stat_t
-		if u.tree != nil && unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			return u.tree.invalid("%s entry %q could not be unpacked: a directory of that name exists", u.tree.opts.Name, quoteName(p))
+		if u.tree != nil {
+			var st unix.Stat_t
+			isDir := unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
+			if err := u.tree.replace(p, isDir); err != nil {
+				return err
+			}
 		}
 		if err = u.removeAt(pfd, p, base); err == nil {
 			err = mk()
@@ -529,17 +532,22 @@ func (u *unpacker) resolve(p string, flags int) (int, error) {
 }
 
 // mkdirAll creates dir and its missing parents one component at a time
-// and returns an O_PATH descriptor of it.
+// (mode 0755, or as a tree's policy says) and returns an O_PATH
+// descriptor of it.
 func (u *unpacker) mkdirAll(dir string) (int, error) {
+	mode := uint32(0o755)
+	if u.tree != nil {
+		mode = u.tree.parentMode()
+	}
 	cur := u.root
 	for _, part := range strings.Split(dir, "/") {
 		how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: resolveBeneath}
 		fd, err := unix.Openat2(cur, part, how)
 		if errors.Is(err, unix.ENOENT) {
-			if err = unix.Mkdirat(cur, part, 0o755); err == nil {
+			if err = unix.Mkdirat(cur, part, mode); err == nil {
 				// Exact mode, whatever the umask. part is the directory
 				// just made, and nothing else writes here.
-				err = unix.Fchmodat(cur, part, 0o755, 0)
+				err = unix.Fchmodat(cur, part, mode, 0)
 			}
 			if err == nil {
 				fd, err = unix.Openat2(cur, part, how)

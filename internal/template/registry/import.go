@@ -49,11 +49,13 @@ type Image struct {
 // ReceiveImage takes the job's upload r, a `docker save` archive or an
 // OCI image layout as a tar stream: it is written to the job's directory
 // (the caller caps its size at MaxImportBytes; at most maxImportEntries
-// entries) and checked: a layout is unpacked through an os.Root (files and
-// directories only), and the JSON documents go-containerregistry reads
-// whole are capped. Refused without an importer (ErrNotSupported).
+// entries) and checked: a layout is unpacked by the layer extractor's
+// files-only tree policy (see extractLayout), and the JSON documents
+// go-containerregistry reads whole are capped. Refused without an
+// importer (ErrNotSupported).
 func (j *Job) ReceiveImage(ctx context.Context, r io.Reader) (Image, error) {
-	if _, err := j.s.MaxImportBytes(); err != nil {
+	limit, err := j.s.MaxImportBytes()
+	if err != nil {
 		return Image{}, err
 	}
 	dir, err := j.mkdir("import")
@@ -72,7 +74,7 @@ func (j *Job) ReceiveImage(ctx context.Context, r io.Reader) (Image, error) {
 	j.image.Format, j.image.Path = scan.format, archive
 	if scan.format == ImportOCILayout {
 		layout := filepath.Join(dir, importLayoutDir)
-		if err := unpackLayout(ctx, archive, layout); err != nil {
+		if err := extractLayout(ctx, archive, layout, limit); err != nil {
 			return Image{}, err
 		}
 		if err := os.Remove(archive); err != nil {
@@ -269,94 +271,26 @@ func readTarEntry(p, name string, max int64) ([]byte, error) {
 	}
 }
 
-// unpackLayout unpacks the OCI layout in the tar at p into the new
-// directory dir, through an os.Root: directories and regular files only
+// extractLayout unpacks the OCI layout in the tar at p into the new
+// directory dir through the layer extractor's files-only tree policy
+// (layers.ExtractTree with FilesOnly): directories and regular files only
 // (a layout has no links; one could make the daemon read a host file as
-// a blob), permission bits 0600/0700, owners not kept.
-func unpackLayout(ctx context.Context, p, dir string) error {
+// a blob), each entry once, modes 0600/0700, owners not kept, nothing
+// written through a link or outside dir, at most maxImportEntries entries
+// and max bytes of files (a sparse entry counts at its full size).
+func extractLayout(ctx context.Context, p, dir string, max int64) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("import: %w", err)
 	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return fmt.Errorf("import: %w", err)
-	}
-	defer root.Close()
 	f, err := os.Open(p)
 	if err != nil {
 		return fmt.Errorf("import: %w", err)
 	}
 	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return invalidf("the image archive is not a valid tar stream")
-		}
-		name, ok := archivePath(hdr.Name)
-		if !ok {
-			return invalidf("image layout entry %q: names must be relative, without ..", quote(hdr.Name))
-		}
-		switch hdr.Typeflag {
-		case tar.TypeXGlobalHeader:
-		case tar.TypeDir:
-			if name != "." {
-				if err := root.MkdirAll(name, 0o700); err != nil {
-					return layoutEntryError(name, err)
-				}
-			}
-		case tar.TypeReg:
-			if name == "." {
-				return invalidf("image layout: a file cannot be the root")
-			}
-			if d := path.Dir(name); d != "." {
-				if err := root.MkdirAll(d, 0o700); err != nil {
-					return layoutEntryError(name, err)
-				}
-			}
-			out, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-			if err != nil {
-				return layoutEntryError(name, err)
-			}
-			_, err = io.Copy(out, io.LimitReader(tr, hdr.Size))
-			if cerr := out.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return layoutEntryError(name, err)
-			}
-		default:
-			return invalidf("image layout entry %q: only files and directories are allowed (type %q)", quote(hdr.Name), string(hdr.Typeflag))
-		}
-	}
-}
-
-// layoutEntryError describes a failure to unpack a layout entry without
-// host paths (an os.Root error names the relative path only; its cause is
-// enough).
-func layoutEntryError(name string, err error) error {
-	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-		return fmt.Errorf("no space left for the image layout: %w", errdefs.ErrResourceExhausted)
-	}
-	if errors.Is(err, os.ErrExist) {
-		return invalidf("image layout entry %q appears twice or under a file", quote(name))
-	}
-	cause := err
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		cause = pe.Err
-	}
-	var le *os.LinkError
-	if errors.As(err, &le) {
-		cause = le.Err
-	}
-	return invalidf("image layout entry %q could not be unpacked: %s", quote(name), cause)
+	_, err = layers.ExtractTree(ctx, dir, f, layers.TreeOptions{
+		Name: "image layout", MaxEntries: maxImportEntries, MaxBytes: max, FilesOnly: true,
+	})
+	return err
 }
 
 // ociDescriptor is the part of an OCI descriptor checkLayout reads.
