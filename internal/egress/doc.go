@@ -1,0 +1,56 @@
+// Package egress is a sandbox's way out to the network in allowlist
+// mode: a host-side proxy per sandbox that lets it reach only the
+// destinations its Policy lists, and reports every decision.
+//
+// # Policy
+//
+// A Policy (ParsePolicy) is a validated allowlist of host names,
+// "*.example.com" wildcards (any depth below example.com, not
+// example.com itself), IPv4/IPv6 addresses and CIDRs, each with an
+// optional port list. Policy.Decide judges a host or address and port
+// before resolution; Policy.CheckAddr is the resolved-address guard:
+// names are resolved on the host, and each address they resolve to is
+// checked again, so that a listed name cannot lead to loopback, private
+// (RFC 1918, ULA), link-local, CGNAT, unspecified, multicast, reserved or
+// cloud metadata addresses (169.254.169.254, fd00:ec2::254) unless an
+// address entry lists them explicitly. The proxy connects to the checked
+// address itself, never to the name again, so a second resolution cannot
+// swap the address (DNS rebinding).
+//
+// # Proxy
+//
+// A Proxy serves one sandbox on the listeners it is given (a unix socket
+// the sandbox's agent bridges to, in production; any net.Listener in
+// tests). It speaks, on the same listener:
+//
+//   - HTTP CONNECT tunnels;
+//   - plain HTTP forwarding of absolute http:// URIs, hop-by-hop and
+//     Proxy-* headers removed, each request decided and sent on its own
+//     upstream connection while the client's stays alive;
+//   - SOCKS5 (RFC 1928): no authentication, CONNECT only, names resolved
+//     by the proxy (socks5h); BIND, UDP ASSOCIATE and SOCKS4 are refused
+//     with their protocol's error.
+//
+// In a tunnel (CONNECT or SOCKS5) the client's first bytes are inspected
+// without being consumed: a TLS ClientHello must carry the tunnel's host
+// as its server name (SNI), and a plain HTTP request its Host; a mismatch
+// is refused (a TLS access_denied alert, or an HTTP 403). Other protocols
+// pass, since the destination itself is allowed. First bytes that may
+// still become either must complete it within the handshake timeout, or
+// the tunnel is refused. Only the start is inspected: what follows inside
+// TLS cannot be, and later requests on a plain HTTP tunnel are not.
+//
+// SetPolicy swaps the allowlist atomically; it applies to every
+// destination asked for afterwards. Limits cap concurrent connections,
+// idle time, handshake time and header sizes, and optionally bandwidth;
+// Stats is a snapshot of the counters.
+//
+// # Evidence
+//
+// Every decision becomes an Event passed to Config.OnEvent: the
+// destination as named, the address connected to (or refused), port,
+// verdict and Reason, bytes each way and duration. The daemon adds the
+// sandbox and writes it to the audit log. Refusals answer the client
+// with a short message that names no host detail; the Event, for the
+// operator, has the detail.
+package egress
