@@ -54,6 +54,11 @@ func New(dial DialFunc) *Client {
 	}
 }
 
+// StreamWindow is how much the agent may send on one stream that the
+// daemon has not read yet: what a stream whose reader is slow can hold in
+// the daemon.
+func StreamWindow() int64 { return int64(agentwire.HTTP2Config().MaxReceiveBufferPerStream) }
+
 // Close releases idle connections.
 func (c *Client) Close() {
 	c.httpc.CloseIdleConnections()

@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/runtime/runtimefake"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // wantError checks an error response: its status, code and whole message.
@@ -205,9 +206,7 @@ func TestLimitsNotRetryable(t *testing.T) {
 
 	// A full disk: a 1 MiB tmpfs in the sandbox (the fake runtime's
 	// sandboxes are host directories).
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs (CI runs as root)")
-	}
+	testutil.RequireRoot(t, "needs root to mount a small tmpfs")
 	insts, err := e.rt.Recover(ctx)
 	if err != nil {
 		t.Fatal(err)

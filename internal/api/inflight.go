@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/airlock-sandbox/airlock/internal/agentwire"
+	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
@@ -27,7 +27,7 @@ var (
 	// agentStreamWindow is what the agent may send on one stream that the
 	// daemon has not read yet: a stream whose client reads slowly holds
 	// up to that much in the daemon.
-	agentStreamWindow = int64(agentwire.HTTP2Config().MaxReceiveBufferPerStream)
+	agentStreamWindow = agentclient.StreamWindow()
 	// requestOverhead covers, per request, a message being decoded, one
 	// encoded output line or response chunk, and the goroutines' stacks.
 	requestOverhead int64 = 256 << 10

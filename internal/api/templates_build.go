@@ -19,8 +19,6 @@ import (
 	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/auth"
 	"github.com/airlock-sandbox/airlock/internal/template"
-	"github.com/airlock-sandbox/airlock/internal/template/airfile"
-	"github.com/airlock-sandbox/airlock/internal/template/debian"
 	"github.com/airlock-sandbox/airlock/internal/template/registry"
 )
 
@@ -64,30 +62,15 @@ func checkRegistryAuth(a registry.Credentials) error {
 	return nil
 }
 
-// parseRecipe parses text as an Airfile; withContext tells whether COPY
-// and ADD can read a build context. shift is the number of lines the API
-// put before the client's text (error line numbers are the client's).
-func parseRecipe(text string, withContext bool, shift int) (*airfile.File, error) {
-	f, err := airfile.Parse(strings.NewReader(text))
-	if err != nil {
-		var ae *airfile.Error
-		if errors.As(err, &ae) {
-			if ae.Line > shift {
-				return nil, invalidf("airfile line %d: %s", ae.Line-shift, ae.Msg)
-			}
-			return nil, invalidf("airfile: %s", ae.Msg)
-		}
-		return nil, err
+// parseRecipe parses text as an Airfile (see registry.ParseRecipe),
+// saying how to send a build context where the recipe needs one.
+func parseRecipe(text string, withContext bool, shift int) (*registry.Recipe, error) {
+	r, err := registry.ParseRecipe(text, withContext, shift)
+	var nc *registry.NeedsContextError
+	if errors.As(err, &nc) {
+		return nil, invalidf("%s; send the context as a tar (Content-Type: %s) with the Airfile at its root", nc.Error(), tarType)
 	}
-	if !withContext {
-		for _, s := range f.Steps {
-			if s.Kind == airfile.KindCopy || s.Kind == airfile.KindAdd {
-				return nil, invalidf("airfile line %d: %s needs a build context; send the context as a tar (Content-Type: %s) with the Airfile at its root",
-					s.Line-shift, s.Kind, tarType)
-			}
-		}
-	}
-	return f, nil
+	return r, err
 }
 
 // buildFromJSON validates a JSON build request and turns it into a
@@ -97,7 +80,7 @@ func parseRecipe(text string, withContext bool, shift int) (*airfile.File, error
 // debian, is the whole recipe including its base. shared builds a
 // template for every tenant (the operator only); otherwise the template
 // is the caller's tenant's.
-func buildFromJSON(in wire.BuildTemplateRequest) (registry.BuildRequest, *airfile.File, error) {
+func buildFromJSON(in wire.BuildTemplateRequest) (registry.BuildRequest, *registry.Recipe, error) {
 	out := registry.BuildRequest{Name: in.Name, Shared: in.Shared, Replace: in.Replace, NoCache: in.NoCache, AllowSetuid: in.AllowSetuid, Insecure: in.Insecure}
 	if in.Name == "" {
 		return out, nil, invalidf("name is required")
@@ -125,18 +108,9 @@ func buildFromJSON(in wire.BuildTemplateRequest) (registry.BuildRequest, *airfil
 		}
 		base = "FROM " + in.From
 	case in.Debian != nil:
-		if err := debian.ValidateSuite(in.Debian.Suite); err != nil {
-			return out, nil, invalidf("debian.suite must be a release or suite name such as bookworm")
+		if base, err = registry.DebianBase(in.Debian.Suite, in.Debian.Packages); err != nil {
+			return out, nil, err
 		}
-		if len(in.Debian.Packages) > debian.MaxPackages {
-			return out, nil, invalidf("debian.packages has more than %d packages", debian.MaxPackages)
-		}
-		for _, p := range in.Debian.Packages {
-			if err := debian.ValidatePackage(p); err != nil {
-				return out, nil, invalidf("debian.packages: %q is not a Debian package name", clean(truncate(p, 80)))
-			}
-		}
-		base = strings.Join(append([]string{"DEBIAN", in.Debian.Suite}, in.Debian.Packages...), " ")
 	case strings.TrimSpace(in.Airfile) == "":
 		return out, nil, invalidf("give from (an image), debian (a suite and packages) or airfile (a recipe)")
 	}
@@ -248,16 +222,16 @@ func setNamespace(p auth.Principal, req *registry.BuildRequest) error {
 	return err
 }
 
-// checkBase refuses what of the recipe f only the operator may do: a
+// checkBase refuses what of the recipe only the operator may do: a
 // registry pull (FROM IMAGE makes the daemon, as root, contact whatever
 // host and port the reference names) and a plain-HTTP registry.
-func checkBase(p auth.Principal, req registry.BuildRequest, f *airfile.File) error {
+func checkBase(p auth.Principal, req registry.BuildRequest, r *registry.Recipe) error {
 	if p.IsOperator() {
 		return nil
 	}
 	msg := ""
 	switch {
-	case f.Base().Kind == airfile.BaseImage:
+	case r.PullsImage():
 		msg = "only the operator pulls images from registries; build FROM template:NAME (your own or a shared template) or DEBIAN, or ask the operator for a shared template of that image"
 	case req.Insecure:
 		msg = "only the operator may use a plain-HTTP registry"
@@ -265,20 +239,6 @@ func checkBase(p auth.Principal, req registry.BuildRequest, f *airfile.File) err
 		return nil
 	}
 	return &apiError{status: http.StatusForbidden, code: CodePermissionDenied, msg: msg}
-}
-
-// baseText says what a recipe starts from, for the audit log.
-func baseText(f *airfile.File) string {
-	b := f.Base()
-	switch b.Kind {
-	case airfile.BaseTemplate:
-		return "template:" + b.Template
-	case airfile.BaseImage:
-		return b.Image
-	case airfile.BaseDebian:
-		return fmt.Sprintf("debian %s (%d packages)", b.Suite, len(b.Packages))
-	}
-	return string(b.Kind)
 }
 
 // buildTemplate serves POST /v1/templates: a JSON request, or a build
@@ -421,14 +381,14 @@ func uploadError(err, bodyFail, tooLarge error) error {
 // answers (streamed or not). The instructions the Airfile has that mean
 // nothing here are reported first, as warning lines (shift: the lines
 // the API put before the client's text).
-func (h *Handler) runBuild(c *call, job *registry.Job, req registry.BuildRequest, f *airfile.File, shift int) error {
+func (h *Handler) runBuild(c *call, job *registry.Job, req registry.BuildRequest, r *registry.Recipe, shift int) error {
 	sum := sha256.Sum256(req.Airfile)
 	if c.ev.Details == nil {
 		c.ev.Details = map[string]any{}
 	}
 	d := c.ev.Details
-	d["source"] = baseText(f)
-	d["steps"] = len(f.Steps)
+	d["source"] = r.Base()
+	d["steps"] = r.Steps()
 	d["airfile_sha256"] = hex.EncodeToString(sum[:])
 	d["no_cache"] = req.NoCache
 	if req.Replace {
@@ -444,11 +404,7 @@ func (h *Handler) runBuild(c *call, job *registry.Job, req registry.BuildRequest
 	if req.Shared {
 		d["shared"] = true
 	}
-	var warnings []string
-	for _, ig := range f.Ignored {
-		ig.Line -= shift
-		warnings = append(warnings, ig.String())
-	}
+	warnings := r.Ignored(shift)
 	if len(warnings) > 0 {
 		d["ignored_instructions"] = len(warnings)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/template/layers"
 	"github.com/airlock-sandbox/airlock/internal/template/oci"
 	"github.com/airlock-sandbox/airlock/internal/template/registry"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // ociImporter is the daemon's importer (internal/daemon.importer): the
@@ -181,9 +182,7 @@ func tarDir(t *testing.T, dir string, extra ...*tar.Header) []byte {
 // oci import (root: the store unpacks layers with their owners).
 func newImportEnv(t *testing.T, tune ...func(*registry.Config)) (*tplEnv, *layers.Store) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the layer store unpacks files with their owners")
-	}
+	testutil.RequireRoot(t, "needs root: the layer store unpacks files with their owners")
 	store, err := layers.Open(filepath.Join(t.TempDir(), "store"), layers.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -61,6 +61,39 @@ func TestForbiddenImports(t *testing.T) {
 	}
 }
 
+// notDirect are the packages each key may reach through others but must
+// not import itself: the API is HTTP over the services (the sandbox
+// manager, the template registry, the interpreter), never over what those
+// services are built from.
+var notDirect = map[string][]string{
+	module + "/internal/api": {
+		module + "/internal/agentwire", module + "/internal/cgroups", module + "/internal/confine",
+		module + "/internal/runtime/linux", module + "/internal/store/sqlitestore",
+		module + "/internal/template/layers", module + "/internal/template/airfile",
+		module + "/internal/template/debian", module + "/internal/template/build",
+		module + "/internal/template/oci",
+	},
+}
+
+func TestNoDirectImports(t *testing.T) {
+	pkgs := loadModule(t)
+	for from, banned := range notDirect {
+		p, ok := pkgs[from]
+		if !ok {
+			t.Errorf("rule for %s: no such package (update the rules)", from)
+			continue
+		}
+		for _, to := range banned {
+			if _, ok := pkgs[to]; !ok {
+				t.Errorf("rule for %s: no such package %s (update the rules)", short(from), short(to))
+			}
+			if slices.Contains(p.imports, to) {
+				t.Errorf("%s imports %s itself: go through the service that owns it", short(from), short(to))
+			}
+		}
+	}
+}
+
 func TestPackageDocs(t *testing.T) {
 	for _, p := range sorted(loadModule(t)) {
 		if strings.HasPrefix(p.path, module+"/gen/") {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 func TestLoadKeyFile(t *testing.T) {
@@ -96,9 +97,7 @@ func TestLoadKeyFileRefused(t *testing.T) {
 			}
 		}, "not a regular file"},
 		{"another owner", func(t *testing.T, path string) {
-			if os.Geteuid() != 0 {
-				t.Skip("changing a file's owner needs root")
-			}
+			testutil.RequireRoot(t, "changing a file's owner needs root")
 			writeMode(good, 0o600)(t, path)
 			if err := os.Chown(path, 65534, 65534); err != nil {
 				t.Fatal(err)

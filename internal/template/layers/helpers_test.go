@@ -9,10 +9,11 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // ent is one entry of a test tar.
@@ -112,9 +113,7 @@ func extract(t testing.TB, s *Store, b []byte, opts ExtractOptions) (LayerInfo, 
 
 func requireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: layers keep file owners and create whiteout devices")
-	}
+	testutil.RequireRoot(t, "needs root: layers keep file owners and create whiteout devices")
 }
 
 // errReader fails every read.
