@@ -17,48 +17,8 @@ import (
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/template/registry"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
-
-// tent is one entry of a test tar.
-type tent struct {
-	name string
-	typ  byte
-	body string
-	link string
-	mode int64
-}
-
-func tarOf(t testing.TB, entries ...tent) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, e := range entries {
-		typ := e.typ
-		if typ == 0 {
-			typ = tar.TypeReg
-		}
-		mode := e.mode
-		if mode == 0 {
-			mode = 0o644
-		}
-		h := &tar.Header{Name: e.name, Typeflag: typ, Linkname: e.link, Mode: mode}
-		if typ == tar.TypeReg {
-			h.Size = int64(len(e.body))
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if typ == tar.TypeReg {
-			if _, err := tw.Write([]byte(e.body)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
 
 const okAirfile = "FROM template:host\nCOPY app /app\n"
 
@@ -185,10 +145,10 @@ func TestBuildContextUpload(t *testing.T) {
 
 func TestBuildContextHostile(t *testing.T) {
 	e := newTplEnv(t, func(tc *registry.Config) { tc.MaxContextBytes = 64 << 10; tc.MaxContextFiles = 50 })
-	air := tent{name: "Airfile", body: okAirfile}
-	many := []tent{air}
+	air := testutil.Entry{Name: "Airfile", Body: okAirfile}
+	many := []testutil.Entry{air}
 	for i := range 60 {
-		many = append(many, tent{name: "f" + strings.Repeat("x", i)})
+		many = append(many, testutil.Entry{Name: "f" + strings.Repeat("x", i)})
 	}
 	tests := []struct {
 		name    string
@@ -199,30 +159,30 @@ func TestBuildContextHostile(t *testing.T) {
 		code    string
 		msgPart string
 	}{
-		{"dotdot", tarOf(t, air, tent{name: "../evil", body: "x"}), "", nil, 400, CodeInvalidArgument, "names with .."},
-		{"nested dotdot", tarOf(t, air, tent{name: "a/../../evil", body: "x"}), "", nil, 400, CodeInvalidArgument, "names with .."},
-		{"absolute", tarOf(t, air, tent{name: "/etc/evil", body: "x"}), "", nil, 400, CodeInvalidArgument, "absolute names"},
-		{"absolute symlink", tarOf(t, air, tent{name: "l", typ: tar.TypeSymlink, link: "/etc"}), "", nil, 400, CodeInvalidArgument, "absolute link"},
-		{"escaping symlink", tarOf(t, air, tent{name: "a/l", typ: tar.TypeSymlink, link: "../../x"}), "", nil, 400, CodeInvalidArgument, "outside the build context"},
-		{"hardlink out", tarOf(t, air, tent{name: "h", typ: tar.TypeLink, link: "../x"}), "", nil, 400, CodeInvalidArgument, "names with .."},
-		{"hardlink absolute", tarOf(t, air, tent{name: "h", typ: tar.TypeLink, link: "/etc/shadow"}), "", nil, 400, CodeInvalidArgument, "absolute"},
-		{"device", tarOf(t, air, tent{name: "dev", typ: tar.TypeChar}), "", nil, 400, CodeInvalidArgument, "only files, directories and links"},
-		{"fifo", tarOf(t, air, tent{name: "p", typ: tar.TypeFifo}), "", nil, 400, CodeInvalidArgument, "only files"},
-		{"no airfile", tarOf(t, tent{name: "x", body: "x"}), "", nil, 400, CodeInvalidArgument, "no Airfile"},
-		{"airfile dir", tarOf(t, tent{name: "Airfile/", typ: tar.TypeDir}), "", nil, 400, CodeInvalidArgument, "not a regular file"},
-		{"airfile symlink", tarOf(t, tent{name: "x", body: okAirfile}, tent{name: "Airfile", typ: tar.TypeSymlink, link: "x"}), "", nil, 400, CodeInvalidArgument, "not a regular file"},
-		{"bad airfile", tarOf(t, tent{name: "Airfile", body: "FROM template:host\nCOPY missing /x\nBOGUS\n"}), "", nil, 400, CodeInvalidArgument, "airfile line 3"},
-		{"file over dir", tarOf(t, air, tent{name: "d/", typ: tar.TypeDir}, tent{name: "d/x", body: "x"}, tent{name: "d", body: "x"}), "", nil, 400, CodeInvalidArgument, "directory of that name"},
-		{"too big", tarOf(t, air, tent{name: "big", body: strings.Repeat("x", 70<<10)}), "", nil, 413, CodeRequestTooLarge, "larger than the limit"},
-		{"too many", tarOf(t, many...), "", nil, 413, CodeRequestTooLarge, "more than 50 entries"},
+		{"dotdot", testutil.Tar(t, air, testutil.Entry{Name: "../evil", Body: "x"}), "", nil, 400, CodeInvalidArgument, "names with .."},
+		{"nested dotdot", testutil.Tar(t, air, testutil.Entry{Name: "a/../../evil", Body: "x"}), "", nil, 400, CodeInvalidArgument, "names with .."},
+		{"absolute", testutil.Tar(t, air, testutil.Entry{Name: "/etc/evil", Body: "x"}), "", nil, 400, CodeInvalidArgument, "absolute names"},
+		{"absolute symlink", testutil.Tar(t, air, testutil.Entry{Name: "l", Type: tar.TypeSymlink, Link: "/etc"}), "", nil, 400, CodeInvalidArgument, "absolute link"},
+		{"escaping symlink", testutil.Tar(t, air, testutil.Entry{Name: "a/l", Type: tar.TypeSymlink, Link: "../../x"}), "", nil, 400, CodeInvalidArgument, "outside the build context"},
+		{"hardlink out", testutil.Tar(t, air, testutil.Entry{Name: "h", Type: tar.TypeLink, Link: "../x"}), "", nil, 400, CodeInvalidArgument, "names with .."},
+		{"hardlink absolute", testutil.Tar(t, air, testutil.Entry{Name: "h", Type: tar.TypeLink, Link: "/etc/shadow"}), "", nil, 400, CodeInvalidArgument, "absolute"},
+		{"device", testutil.Tar(t, air, testutil.Entry{Name: "dev", Type: tar.TypeChar}), "", nil, 400, CodeInvalidArgument, "only files, directories and links"},
+		{"fifo", testutil.Tar(t, air, testutil.Entry{Name: "p", Type: tar.TypeFifo}), "", nil, 400, CodeInvalidArgument, "only files"},
+		{"no airfile", testutil.Tar(t, testutil.Entry{Name: "x", Body: "x"}), "", nil, 400, CodeInvalidArgument, "no Airfile"},
+		{"airfile dir", testutil.Tar(t, testutil.Entry{Name: "Airfile/", Type: tar.TypeDir}), "", nil, 400, CodeInvalidArgument, "not a regular file"},
+		{"airfile symlink", testutil.Tar(t, testutil.Entry{Name: "x", Body: okAirfile}, testutil.Entry{Name: "Airfile", Type: tar.TypeSymlink, Link: "x"}), "", nil, 400, CodeInvalidArgument, "not a regular file"},
+		{"bad airfile", testutil.Tar(t, testutil.Entry{Name: "Airfile", Body: "FROM template:host\nCOPY missing /x\nBOGUS\n"}), "", nil, 400, CodeInvalidArgument, "airfile line 3"},
+		{"file over dir", testutil.Tar(t, air, testutil.Entry{Name: "d/", Type: tar.TypeDir}, testutil.Entry{Name: "d/x", Body: "x"}, testutil.Entry{Name: "d", Body: "x"}), "", nil, 400, CodeInvalidArgument, "directory of that name"},
+		{"too big", testutil.Tar(t, air, testutil.Entry{Name: "big", Body: strings.Repeat("x", 70<<10)}), "", nil, 413, CodeRequestTooLarge, "larger than the limit"},
+		{"too many", testutil.Tar(t, many...), "", nil, 413, CodeRequestTooLarge, "more than 50 entries"},
 		{"sparse bomb", sparseBomb(t), "", nil, 413, CodeRequestTooLarge, "files of the build context are larger"},
 		{"not a tar", []byte(strings.Repeat("garbage!", 200)), "", nil, 400, CodeInvalidArgument, "not a valid tar"},
-		{"truncated", tarOf(t, air, tent{name: "f", body: strings.Repeat("y", 5000)})[:3000], "", nil, 400, CodeInvalidArgument, "not a valid tar"},
-		{"no name", tarOf(t, air), "-", nil, 400, CodeInvalidArgument, "name query parameter is required"},
-		{"bad flag", tarOf(t, air), "name=x&no_cache=maybe", nil, 400, CodeInvalidArgument, "no_cache must be"},
-		{"unknown param", tarOf(t, air), "name=x&from=y", nil, 400, CodeInvalidArgument, "unknown query parameter"},
-		{"bad auth header", tarOf(t, air), "", map[string]string{registryAuthHeader: "%%%"}, 400, CodeInvalidArgument, registryAuthHeader},
-		{"name taken", tarOf(t, air), "name=host", nil, 409, CodeAlreadyExists, "already exists"},
+		{"truncated", testutil.Tar(t, air, testutil.Entry{Name: "f", Body: strings.Repeat("y", 5000)})[:3000], "", nil, 400, CodeInvalidArgument, "not a valid tar"},
+		{"no name", testutil.Tar(t, air), "-", nil, 400, CodeInvalidArgument, "name query parameter is required"},
+		{"bad flag", testutil.Tar(t, air), "name=x&no_cache=maybe", nil, 400, CodeInvalidArgument, "no_cache must be"},
+		{"unknown param", testutil.Tar(t, air), "name=x&from=y", nil, 400, CodeInvalidArgument, "unknown query parameter"},
+		{"bad auth header", testutil.Tar(t, air), "", map[string]string{registryAuthHeader: "%%%"}, 400, CodeInvalidArgument, registryAuthHeader},
+		{"name taken", testutil.Tar(t, air), "name=host", nil, 409, CodeAlreadyExists, "already exists"},
 	}
 	parent := filepath.Dir(e.ctxDir)
 	for _, tt := range tests {
@@ -276,7 +236,7 @@ func TestBuildContextHostile(t *testing.T) {
 func TestBuildContextNotAccepted(t *testing.T) {
 	e := newTplEnv(t, func(tc *registry.Config) { tc.ContextDir = "" })
 	resp, b := e.raw("POST", "/v1/templates?name=x", map[string]string{"Authorization": "Bearer " + tkAdminA, "Content-Type": "application/x-tar"},
-		bytes.NewReader(tarOf(t, tent{name: "Airfile", body: okAirfile})))
+		bytes.NewReader(testutil.Tar(t, testutil.Entry{Name: "Airfile", Body: okAirfile})))
 	if resp.StatusCode != http.StatusNotImplemented {
 		t.Errorf("got %d %s", resp.StatusCode, b)
 	}

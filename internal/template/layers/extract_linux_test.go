@@ -23,37 +23,42 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
+
+// testTime is the modification time of the entries of goodLayer whose
+// times checkGoodLayer checks.
+var testTime = time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
 
 // goodLayer exercises every entry type a layer may hold.
 func goodLayer(t testing.TB) []byte {
-	return makeTar(t,
-		ent{name: "./", typ: tar.TypeDir, mode: 0o755},
-		ent{name: "etc/", typ: tar.TypeDir},
-		ent{name: "etc/hostname", body: "box\n"},
-		ent{name: "home/user/", typ: tar.TypeDir, mode: 0o750, uid: 1000, gid: 1000},
-		ent{name: "home/user/notes", body: "hi", mode: 0o600, uid: 1000, gid: 1001},
-		ent{name: "bin/sh", body: "#!shell", mode: 0o755},
-		ent{name: "bin/ls", typ: tar.TypeLink, link: "bin/sh"},
-		ent{name: "lib", typ: tar.TypeSymlink, link: "usr/lib"},
-		ent{name: "abs", typ: tar.TypeSymlink, link: "/etc/passwd"},
-		ent{name: "run/fifo", typ: tar.TypeFifo, mode: 0o640},
-		ent{name: "x/attr", body: "a", xattrs: map[string]string{
+	return testutil.Tar(t, []testutil.Entry{
+		{Name: "./", Type: tar.TypeDir, Mode: 0o755},
+		{Name: "etc/", Type: tar.TypeDir},
+		{Name: "etc/hostname", Body: "box\n", ModTime: testTime},
+		{Name: "home/user/", Type: tar.TypeDir, Mode: 0o750, UID: 1000, GID: 1000, ModTime: testTime},
+		{Name: "home/user/notes", Body: "hi", Mode: 0o600, UID: 1000, GID: 1001},
+		{Name: "bin/sh", Body: "#!shell", Mode: 0o755},
+		{Name: "bin/ls", Type: tar.TypeLink, Link: "bin/sh"},
+		{Name: "lib", Type: tar.TypeSymlink, Link: "usr/lib"},
+		{Name: "abs", Type: tar.TypeSymlink, Link: "/etc/passwd"},
+		{Name: "run/fifo", Type: tar.TypeFifo, Mode: 0o640},
+		{Name: "x/attr", Body: "a", Xattrs: map[string]string{
 			"user.test": "v", "user.overlay.redirect": "/etc", "security.capability": "\x01", "trusted.overlay.opaque": "y"}},
-		ent{name: "gone/.wh.old"},
-		ent{name: "opq/", typ: tar.TypeDir},
-		ent{name: "opq/.wh..wh..opq"},
-		ent{name: "opq/new", body: "n"},
-		ent{name: ".wh..wh.plnk/", typ: tar.TypeDir},
-		ent{name: "var/mail/", typ: tar.TypeDir, mode: 0o2775},
-		ent{name: "dup", body: "one"},
-		ent{name: "dup", body: "two"},
-		ent{name: "d2/", typ: tar.TypeDir},
-		ent{name: "d2/child", body: "c"},
-		ent{name: "d2", body: "now a file"},
-		ent{name: "f2", body: "file"},
-		ent{name: "f2/", typ: tar.TypeDir},
-	)
+		{Name: "gone/.wh.old"},
+		{Name: "opq/", Type: tar.TypeDir},
+		{Name: "opq/.wh..wh..opq"},
+		{Name: "opq/new", Body: "n"},
+		{Name: ".wh..wh.plnk/", Type: tar.TypeDir},
+		{Name: "var/mail/", Type: tar.TypeDir, Mode: 0o2775},
+		{Name: "dup", Body: "one"},
+		{Name: "dup", Body: "two"},
+		{Name: "d2/", Type: tar.TypeDir},
+		{Name: "d2/child", Body: "c"},
+		{Name: "d2", Body: "now a file"},
+		{Name: "f2", Body: "file"},
+		{Name: "f2/", Type: tar.TypeDir},
+	}...)
 }
 
 func TestExtractLayer(t *testing.T) {
@@ -197,7 +202,7 @@ func getXattr(t *testing.T, path, name string) string {
 
 func TestExtractSetuidPolicy(t *testing.T) {
 	requireRoot(t)
-	layer := makeTar(t, ent{name: "su", body: "x", mode: 0o4755}, ent{name: "wall", body: "y", mode: 0o2755})
+	layer := testutil.Tar(t, testutil.Entry{Name: "su", Body: "x", Mode: 0o4755}, testutil.Entry{Name: "wall", Body: "y", Mode: 0o2755})
 	tests := []struct {
 		name     string
 		opts     ExtractOptions
@@ -305,65 +310,65 @@ func TestHostileLayers(t *testing.T) {
 
 	tests := []struct {
 		name    string
-		entries []ent
+		entries []testutil.Entry
 		opts    ExtractOptions
 		want    error
 		msg     string
 	}{
-		{name: "dotdot traversal", entries: []ent{{name: up + "sentinel/pwned", body: "x"}}, want: errdefs.ErrInvalidArgument, msg: `".." is not allowed`},
-		{name: "deep traversal", entries: []ent{{name: deep + "/pwned", body: "x"}}, want: errdefs.ErrInvalidArgument, msg: `".." is not allowed`},
-		{name: "traversal after a dir", entries: []ent{{name: "a/", typ: tar.TypeDir}, {name: "a/../" + up + "sentinel/pwned", body: "x"}}, want: errdefs.ErrInvalidArgument},
-		{name: "absolute path", entries: []ent{{name: sentinel + "/pwned", body: "x"}}, want: errdefs.ErrInvalidArgument, msg: "absolute paths are not allowed"},
-		{name: "absolute symlink escape then write", entries: []ent{
-			{name: "esc", typ: tar.TypeSymlink, link: sentinel},
-			{name: "esc/pwned", body: "x"}}, want: errdefs.ErrInvalidArgument, msg: "symlink"},
-		{name: "absolute symlink escape then overwrite", entries: []ent{
-			{name: "esc", typ: tar.TypeSymlink, link: sentinel},
-			{name: "esc/keep.txt", body: "x"}}, want: errdefs.ErrInvalidArgument, msg: "symlink"},
-		{name: "relative symlink escape then write", entries: []ent{
-			{name: "esc", typ: tar.TypeSymlink, link: up + "sentinel"},
-			{name: "esc/pwned", body: "x"}}, want: errdefs.ErrInvalidArgument, msg: "symlink"},
-		{name: "symlink escape then mkdir", entries: []ent{
-			{name: "esc", typ: tar.TypeSymlink, link: sentinel},
-			{name: "esc/sub/", typ: tar.TypeDir}}, want: errdefs.ErrInvalidArgument},
-		{name: "nested symlink escape", entries: []ent{
-			{name: "a/", typ: tar.TypeDir},
-			{name: "a/b", typ: tar.TypeSymlink, link: "../../../../../.." + sentinel},
-			{name: "a/b/c/d", body: "x"}}, want: errdefs.ErrInvalidArgument},
-		{name: "symlink loop", entries: []ent{
-			{name: "l1", typ: tar.TypeSymlink, link: "l2"},
-			{name: "l2", typ: tar.TypeSymlink, link: "l1"},
-			{name: "l1/x", body: "x"}}, want: errdefs.ErrInvalidArgument},
-		{name: "whiteout through symlink", entries: []ent{
-			{name: "esc", typ: tar.TypeSymlink, link: sentinel},
-			{name: "esc/.wh.keep.txt"}}, want: errdefs.ErrInvalidArgument},
-		{name: "opaque through symlink", entries: []ent{
-			{name: "esc", typ: tar.TypeSymlink, link: sentinel},
-			{name: "esc/.wh..wh..opq"}}, want: errdefs.ErrInvalidArgument},
-		{name: "hardlink through symlink", entries: []ent{
-			{name: "esc", typ: tar.TypeSymlink, link: sentinel},
-			{name: "grab", typ: tar.TypeLink, link: "esc/keep.txt"}}, want: errdefs.ErrInvalidArgument, msg: "not in this layer"},
-		{name: "hardlink to host file", entries: []ent{{name: "passwd", typ: tar.TypeLink, link: "/etc/passwd"}}, want: errdefs.ErrInvalidArgument, msg: "outside the layer"},
-		{name: "hardlink traversal", entries: []ent{{name: "keep", typ: tar.TypeLink, link: up + "sentinel/keep.txt"}}, want: errdefs.ErrInvalidArgument, msg: "outside the layer"},
-		{name: "hardlink to missing entry", entries: []ent{{name: "passwd", typ: tar.TypeLink, link: "etc/passwd"}}, want: errdefs.ErrInvalidArgument, msg: "not in this layer"},
-		{name: "hardlink to directory", entries: []ent{{name: "d/", typ: tar.TypeDir}, {name: "l", typ: tar.TypeLink, link: "d"}}, want: errdefs.ErrInvalidArgument},
-		{name: "char device", entries: []ent{{name: "dev/mem", typ: tar.TypeChar, major: 1}}, want: errdefs.ErrPermissionDenied, msg: "device nodes"},
-		{name: "block device", entries: []ent{{name: "dev/sda", typ: tar.TypeBlock, major: 8}}, want: errdefs.ErrPermissionDenied, msg: "device nodes"},
-		{name: "setuid file", entries: []ent{{name: "bin/rootshell", body: "x", mode: 0o4755}}, want: errdefs.ErrPermissionDenied, msg: "set-user-ID"},
-		{name: "setgid file", entries: []ent{{name: "bin/g", body: "x", mode: 0o2755}}, want: errdefs.ErrPermissionDenied},
-		{name: "uid out of range", entries: []ent{{name: "f", body: "x", uid: 70000}}, want: errdefs.ErrInvalidArgument, msg: "outside 0..65535"},
-		{name: "gid out of range", entries: []ent{{name: "f", body: "x", gid: 65536}}, want: errdefs.ErrInvalidArgument},
+		{name: "dotdot traversal", entries: []testutil.Entry{{Name: up + "sentinel/pwned", Body: "x"}}, want: errdefs.ErrInvalidArgument, msg: `".." is not allowed`},
+		{name: "deep traversal", entries: []testutil.Entry{{Name: deep + "/pwned", Body: "x"}}, want: errdefs.ErrInvalidArgument, msg: `".." is not allowed`},
+		{name: "traversal after a dir", entries: []testutil.Entry{{Name: "a/", Type: tar.TypeDir}, {Name: "a/../" + up + "sentinel/pwned", Body: "x"}}, want: errdefs.ErrInvalidArgument},
+		{name: "absolute path", entries: []testutil.Entry{{Name: sentinel + "/pwned", Body: "x"}}, want: errdefs.ErrInvalidArgument, msg: "absolute paths are not allowed"},
+		{name: "absolute symlink escape then write", entries: []testutil.Entry{
+			{Name: "esc", Type: tar.TypeSymlink, Link: sentinel},
+			{Name: "esc/pwned", Body: "x"}}, want: errdefs.ErrInvalidArgument, msg: "symlink"},
+		{name: "absolute symlink escape then overwrite", entries: []testutil.Entry{
+			{Name: "esc", Type: tar.TypeSymlink, Link: sentinel},
+			{Name: "esc/keep.txt", Body: "x"}}, want: errdefs.ErrInvalidArgument, msg: "symlink"},
+		{name: "relative symlink escape then write", entries: []testutil.Entry{
+			{Name: "esc", Type: tar.TypeSymlink, Link: up + "sentinel"},
+			{Name: "esc/pwned", Body: "x"}}, want: errdefs.ErrInvalidArgument, msg: "symlink"},
+		{name: "symlink escape then mkdir", entries: []testutil.Entry{
+			{Name: "esc", Type: tar.TypeSymlink, Link: sentinel},
+			{Name: "esc/sub/", Type: tar.TypeDir}}, want: errdefs.ErrInvalidArgument},
+		{name: "nested symlink escape", entries: []testutil.Entry{
+			{Name: "a/", Type: tar.TypeDir},
+			{Name: "a/b", Type: tar.TypeSymlink, Link: "../../../../../.." + sentinel},
+			{Name: "a/b/c/d", Body: "x"}}, want: errdefs.ErrInvalidArgument},
+		{name: "symlink loop", entries: []testutil.Entry{
+			{Name: "l1", Type: tar.TypeSymlink, Link: "l2"},
+			{Name: "l2", Type: tar.TypeSymlink, Link: "l1"},
+			{Name: "l1/x", Body: "x"}}, want: errdefs.ErrInvalidArgument},
+		{name: "whiteout through symlink", entries: []testutil.Entry{
+			{Name: "esc", Type: tar.TypeSymlink, Link: sentinel},
+			{Name: "esc/.wh.keep.txt"}}, want: errdefs.ErrInvalidArgument},
+		{name: "opaque through symlink", entries: []testutil.Entry{
+			{Name: "esc", Type: tar.TypeSymlink, Link: sentinel},
+			{Name: "esc/.wh..wh..opq"}}, want: errdefs.ErrInvalidArgument},
+		{name: "hardlink through symlink", entries: []testutil.Entry{
+			{Name: "esc", Type: tar.TypeSymlink, Link: sentinel},
+			{Name: "grab", Type: tar.TypeLink, Link: "esc/keep.txt"}}, want: errdefs.ErrInvalidArgument, msg: "not in this layer"},
+		{name: "hardlink to host file", entries: []testutil.Entry{{Name: "passwd", Type: tar.TypeLink, Link: "/etc/passwd"}}, want: errdefs.ErrInvalidArgument, msg: "outside the layer"},
+		{name: "hardlink traversal", entries: []testutil.Entry{{Name: "keep", Type: tar.TypeLink, Link: up + "sentinel/keep.txt"}}, want: errdefs.ErrInvalidArgument, msg: "outside the layer"},
+		{name: "hardlink to missing entry", entries: []testutil.Entry{{Name: "passwd", Type: tar.TypeLink, Link: "etc/passwd"}}, want: errdefs.ErrInvalidArgument, msg: "not in this layer"},
+		{name: "hardlink to directory", entries: []testutil.Entry{{Name: "d/", Type: tar.TypeDir}, {Name: "l", Type: tar.TypeLink, Link: "d"}}, want: errdefs.ErrInvalidArgument},
+		{name: "char device", entries: []testutil.Entry{{Name: "dev/mem", Type: tar.TypeChar, Devmajor: 1}}, want: errdefs.ErrPermissionDenied, msg: "device nodes"},
+		{name: "block device", entries: []testutil.Entry{{Name: "dev/sda", Type: tar.TypeBlock, Devmajor: 8}}, want: errdefs.ErrPermissionDenied, msg: "device nodes"},
+		{name: "setuid file", entries: []testutil.Entry{{Name: "bin/rootshell", Body: "x", Mode: 0o4755}}, want: errdefs.ErrPermissionDenied, msg: "set-user-ID"},
+		{name: "setgid file", entries: []testutil.Entry{{Name: "bin/g", Body: "x", Mode: 0o2755}}, want: errdefs.ErrPermissionDenied},
+		{name: "uid out of range", entries: []testutil.Entry{{Name: "f", Body: "x", UID: 70000}}, want: errdefs.ErrInvalidArgument, msg: "outside 0..65535"},
+		{name: "gid out of range", entries: []testutil.Entry{{Name: "f", Body: "x", GID: 65536}}, want: errdefs.ErrInvalidArgument},
 		{name: "too many files", entries: manyFiles(11), opts: ExtractOptions{Limits: Limits{MaxFiles: 10}}, want: errdefs.ErrResourceExhausted, msg: "more than 10 entries"},
-		{name: "too large", entries: []ent{{name: "f", body: strings.Repeat("x", 8192)}}, opts: ExtractOptions{Limits: Limits{MaxBytes: 4096}}, want: errdefs.ErrResourceExhausted},
-		{name: "path too long", entries: []ent{{name: strings.Repeat("d/", 60) + "f", body: "x"}}, opts: ExtractOptions{Limits: Limits{MaxPathLen: 100}}, want: errdefs.ErrInvalidArgument, msg: "longer than 100"},
-		{name: "digest mismatch", entries: []ent{{name: "f", body: "x"}}, opts: ExtractOptions{DiffID: digestOf([]byte("other"))}, want: errdefs.ErrInvalidArgument, msg: "digest"},
-		{name: "bad whiteout", entries: []ent{{name: "d/.wh.."}}, want: errdefs.ErrInvalidArgument},
-		{name: "root is a file", entries: []ent{{name: ".", body: "x"}}, want: errdefs.ErrInvalidArgument},
+		{name: "too large", entries: []testutil.Entry{{Name: "f", Body: strings.Repeat("x", 8192)}}, opts: ExtractOptions{Limits: Limits{MaxBytes: 4096}}, want: errdefs.ErrResourceExhausted},
+		{name: "path too long", entries: []testutil.Entry{{Name: strings.Repeat("d/", 60) + "f", Body: "x"}}, opts: ExtractOptions{Limits: Limits{MaxPathLen: 100}}, want: errdefs.ErrInvalidArgument, msg: "longer than 100"},
+		{name: "digest mismatch", entries: []testutil.Entry{{Name: "f", Body: "x"}}, opts: ExtractOptions{DiffID: digestOf([]byte("other"))}, want: errdefs.ErrInvalidArgument, msg: "digest"},
+		{name: "bad whiteout", entries: []testutil.Entry{{Name: "d/.wh.."}}, want: errdefs.ErrInvalidArgument},
+		{name: "root is a file", entries: []testutil.Entry{{Name: ".", Body: "x"}}, want: errdefs.ErrInvalidArgument},
 	}
 	before := treeSnapshot(t, base)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			layer := makeTar(t, tt.entries...)
+			layer := testutil.Tar(t, tt.entries...)
 			_, err := extract(t, s, layer, tt.opts)
 			if err == nil {
 				t.Fatal("hostile layer was accepted")
@@ -399,10 +404,10 @@ func TestHostileLayers(t *testing.T) {
 	}
 }
 
-func manyFiles(n int) []ent {
-	var out []ent
+func manyFiles(n int) []testutil.Entry {
+	var out []testutil.Entry
 	for i := range n {
-		out = append(out, ent{name: fmt.Sprintf("f%d", i), body: "x"})
+		out = append(out, testutil.Entry{Name: fmt.Sprintf("f%d", i), Body: "x"})
 	}
 	return out
 }

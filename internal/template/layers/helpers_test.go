@@ -1,7 +1,6 @@
 package layers
 
 import (
-	"archive/tar"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -11,72 +10,11 @@ import (
 	"log/slog"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
-// ent is one entry of a test tar.
-type ent struct {
-	name   string
-	typ    byte
-	body   string
-	link   string
-	mode   int64
-	uid    int
-	gid    int
-	major  int64
-	xattrs map[string]string
-}
-
-var testTime = time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
-
-// makeTar returns a tar of entries.
-func makeTar(t testing.TB, entries ...ent) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, e := range entries {
-		typ := e.typ
-		if typ == 0 {
-			typ = tar.TypeReg
-		}
-		mode := e.mode
-		if mode == 0 {
-			mode = 0o644
-			if typ == tar.TypeDir {
-				mode = 0o755
-			}
-		}
-		h := &tar.Header{
-			Name: e.name, Typeflag: typ, Linkname: e.link, Mode: mode,
-			Uid: e.uid, Gid: e.gid, ModTime: testTime, Devmajor: e.major,
-			Format: tar.FormatPAX,
-		}
-		if typ == tar.TypeReg {
-			h.Size = int64(len(e.body))
-		}
-		for k, v := range e.xattrs {
-			if h.PAXRecords == nil {
-				h.PAXRecords = map[string]string{}
-			}
-			h.PAXRecords["SCHILY.xattr."+k] = v
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatalf("tar header %q: %v", e.name, err)
-		}
-		if typ == tar.TypeReg {
-			if _, err := tw.Write([]byte(e.body)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
+// gzipped is b compressed with gzip.
 func gzipped(t testing.TB, b []byte) []byte {
 	t.Helper()
 	var buf bytes.Buffer

@@ -11,12 +11,13 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // storeLayer extracts a one-file layer and returns its diff ID.
 func storeLayer(t *testing.T, l *Lease, name, body string) string {
 	t.Helper()
-	b := makeTar(t, ent{name: name, body: body})
+	b := testutil.Tar(t, testutil.Entry{Name: name, Body: body})
 	info, err := l.Extract(context.Background(), bytes.NewReader(b), ExtractOptions{DiffID: digestOf(b)})
 	if err != nil {
 		t.Fatal(err)
@@ -309,7 +310,7 @@ func TestRootfsMissingLayer(t *testing.T) {
 func TestExtractReuse(t *testing.T) {
 	requireRoot(t)
 	s := openStore(t, nil)
-	b := makeTar(t, ent{name: "f", body: "x"})
+	b := testutil.Tar(t, testutil.Entry{Name: "f", Body: "x"})
 	first, err := extract(t, s, b, ExtractOptions{DiffID: digestOf(b)})
 	if err != nil {
 		t.Fatal(err)
@@ -332,7 +333,7 @@ func TestExtractReuse(t *testing.T) {
 func TestConcurrentExtractSameLayer(t *testing.T) {
 	requireRoot(t)
 	s := openStore(t, nil)
-	b := makeTar(t, manyFiles(200)...)
+	b := testutil.Tar(t, manyFiles(200)...)
 	var wg sync.WaitGroup
 	errs := make([]error, 8)
 	for i := range errs {

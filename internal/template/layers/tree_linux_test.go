@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // treeDir is an empty directory to extract a tree into, alone in its
@@ -63,15 +64,15 @@ var treeOpts = TreeOptions{Name: "build context", MaxEntries: 100, MaxBytes: 1 <
 // and extended attributes of no account.
 func TestExtractTreeLinks(t *testing.T) {
 	_, dir := treeDir(t)
-	st, err := ExtractTree(context.Background(), dir, bytes.NewReader(makeTar(t,
-		ent{name: "./", typ: tar.TypeDir},
-		ent{name: "sub/", typ: tar.TypeDir, mode: 0o500},
-		ent{name: "sub/f", body: "one", mode: 0o6755},
-		ent{name: "sub/f", body: "two"},
-		ent{name: "alias", typ: tar.TypeSymlink, link: "sub"},
-		ent{name: "hard", typ: tar.TypeLink, link: "sub/f"},
-		ent{name: ".wh.x", body: "plain", uid: 100000, gid: 100000, xattrs: map[string]string{"user.a": "b"}},
-		ent{name: "ro", body: "r", mode: 0o400},
+	st, err := ExtractTree(context.Background(), dir, bytes.NewReader(testutil.Tar(t,
+		testutil.Entry{Name: "./", Type: tar.TypeDir},
+		testutil.Entry{Name: "sub/", Type: tar.TypeDir, Mode: 0o500},
+		testutil.Entry{Name: "sub/f", Body: "one", Mode: 0o6755},
+		testutil.Entry{Name: "sub/f", Body: "two"},
+		testutil.Entry{Name: "alias", Type: tar.TypeSymlink, Link: "sub"},
+		testutil.Entry{Name: "hard", Type: tar.TypeLink, Link: "sub/f"},
+		testutil.Entry{Name: ".wh.x", Body: "plain", UID: 100000, GID: 100000, Xattrs: map[string]string{"user.a": "b"}},
+		testutil.Entry{Name: "ro", Body: "r", Mode: 0o400},
 	)), treeOpts)
 	if err != nil {
 		t.Fatal(err)
@@ -103,10 +104,10 @@ func TestExtractTreeLinks(t *testing.T) {
 // symbolic link of the tree, even one that points inside it.
 func TestExtractTreeThroughLink(t *testing.T) {
 	_, dir := treeDir(t)
-	_, err := ExtractTree(context.Background(), dir, bytes.NewReader(makeTar(t,
-		ent{name: "sub/", typ: tar.TypeDir},
-		ent{name: "alias", typ: tar.TypeSymlink, link: "sub"},
-		ent{name: "alias/g", body: "via link"},
+	_, err := ExtractTree(context.Background(), dir, bytes.NewReader(testutil.Tar(t,
+		testutil.Entry{Name: "sub/", Type: tar.TypeDir},
+		testutil.Entry{Name: "alias", Type: tar.TypeSymlink, Link: "sub"},
+		testutil.Entry{Name: "alias/g", Body: "via link"},
 	)), treeOpts)
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "symlink") {
 		t.Fatalf("err = %v, want a refused write through a symlink", err)
@@ -119,9 +120,9 @@ func TestExtractTreeThroughLink(t *testing.T) {
 // TestExtractTreeHostile: what a tree may not hold, each refused with its
 // class and a message naming the tree, and nothing written beside it.
 func TestExtractTreeHostile(t *testing.T) {
-	many := []ent{}
+	many := []testutil.Entry{}
 	for i := range 60 {
-		many = append(many, ent{name: "f" + strings.Repeat("x", i)})
+		many = append(many, testutil.Entry{Name: "f" + strings.Repeat("x", i)})
 	}
 	tests := []struct {
 		name  string
@@ -129,25 +130,25 @@ func TestExtractTreeHostile(t *testing.T) {
 		class error
 		msg   string
 	}{
-		{"dotdot", makeTar(t, ent{name: "../evil", body: "x"}), errdefs.ErrInvalidArgument, "build context entry \"../evil\": names with .. are not allowed"},
-		{"nested dotdot", makeTar(t, ent{name: "a/../../evil", body: "x"}), errdefs.ErrInvalidArgument, "names with .."},
-		{"absolute", makeTar(t, ent{name: "/etc/evil", body: "x"}), errdefs.ErrInvalidArgument, "absolute names"},
-		{"absolute symlink", makeTar(t, ent{name: "l", typ: tar.TypeSymlink, link: "/etc"}), errdefs.ErrInvalidArgument, "absolute link"},
-		{"escaping symlink", makeTar(t, ent{name: "a/l", typ: tar.TypeSymlink, link: "../../x"}), errdefs.ErrInvalidArgument, "outside the build context"},
-		{"hardlink out", makeTar(t, ent{name: "h", typ: tar.TypeLink, link: "../x"}), errdefs.ErrInvalidArgument, "names with .."},
-		{"hardlink absolute", makeTar(t, ent{name: "h", typ: tar.TypeLink, link: "/etc/shadow"}), errdefs.ErrInvalidArgument, "absolute"},
-		{"hardlink missing", makeTar(t, ent{name: "h", typ: tar.TypeLink, link: "nope"}), errdefs.ErrInvalidArgument, "hard link target \"nope\" is not in the build context"},
-		{"device", makeTar(t, ent{name: "dev", typ: tar.TypeChar}), errdefs.ErrInvalidArgument, "only files, directories and links"},
-		{"fifo", makeTar(t, ent{name: "p", typ: tar.TypeFifo}), errdefs.ErrInvalidArgument, "only files"},
-		{"file over dir", makeTar(t, ent{name: "d/", typ: tar.TypeDir}, ent{name: "d/x", body: "x"}, ent{name: "d", body: "x"}), errdefs.ErrInvalidArgument, "directory of that name"},
-		{"link over dir", makeTar(t, ent{name: "d/", typ: tar.TypeDir}, ent{name: "d", typ: tar.TypeSymlink, link: "."}), errdefs.ErrInvalidArgument, "directory of that name"},
-		{"file as root", makeTar(t, ent{name: ".", body: "x"}), errdefs.ErrInvalidArgument, "cannot be the build context's root"},
-		{"too many", makeTar(t, many...), errdefs.ErrResourceExhausted, "the build context has more than 50 entries"},
-		{"too big", makeTar(t, ent{name: "big", body: strings.Repeat("x", 70<<10)}), errdefs.ErrResourceExhausted, "larger than the limit of 65536 bytes"},
+		{"dotdot", testutil.Tar(t, testutil.Entry{Name: "../evil", Body: "x"}), errdefs.ErrInvalidArgument, "build context entry \"../evil\": names with .. are not allowed"},
+		{"nested dotdot", testutil.Tar(t, testutil.Entry{Name: "a/../../evil", Body: "x"}), errdefs.ErrInvalidArgument, "names with .."},
+		{"absolute", testutil.Tar(t, testutil.Entry{Name: "/etc/evil", Body: "x"}), errdefs.ErrInvalidArgument, "absolute names"},
+		{"absolute symlink", testutil.Tar(t, testutil.Entry{Name: "l", Type: tar.TypeSymlink, Link: "/etc"}), errdefs.ErrInvalidArgument, "absolute link"},
+		{"escaping symlink", testutil.Tar(t, testutil.Entry{Name: "a/l", Type: tar.TypeSymlink, Link: "../../x"}), errdefs.ErrInvalidArgument, "outside the build context"},
+		{"hardlink out", testutil.Tar(t, testutil.Entry{Name: "h", Type: tar.TypeLink, Link: "../x"}), errdefs.ErrInvalidArgument, "names with .."},
+		{"hardlink absolute", testutil.Tar(t, testutil.Entry{Name: "h", Type: tar.TypeLink, Link: "/etc/shadow"}), errdefs.ErrInvalidArgument, "absolute"},
+		{"hardlink missing", testutil.Tar(t, testutil.Entry{Name: "h", Type: tar.TypeLink, Link: "nope"}), errdefs.ErrInvalidArgument, "hard link target \"nope\" is not in the build context"},
+		{"device", testutil.Tar(t, testutil.Entry{Name: "dev", Type: tar.TypeChar}), errdefs.ErrInvalidArgument, "only files, directories and links"},
+		{"fifo", testutil.Tar(t, testutil.Entry{Name: "p", Type: tar.TypeFifo}), errdefs.ErrInvalidArgument, "only files"},
+		{"file over dir", testutil.Tar(t, testutil.Entry{Name: "d/", Type: tar.TypeDir}, testutil.Entry{Name: "d/x", Body: "x"}, testutil.Entry{Name: "d", Body: "x"}), errdefs.ErrInvalidArgument, "directory of that name"},
+		{"link over dir", testutil.Tar(t, testutil.Entry{Name: "d/", Type: tar.TypeDir}, testutil.Entry{Name: "d", Type: tar.TypeSymlink, Link: "."}), errdefs.ErrInvalidArgument, "directory of that name"},
+		{"file as root", testutil.Tar(t, testutil.Entry{Name: ".", Body: "x"}), errdefs.ErrInvalidArgument, "cannot be the build context's root"},
+		{"too many", testutil.Tar(t, many...), errdefs.ErrResourceExhausted, "the build context has more than 50 entries"},
+		{"too big", testutil.Tar(t, testutil.Entry{Name: "big", Body: strings.Repeat("x", 70<<10)}), errdefs.ErrResourceExhausted, "larger than the limit of 65536 bytes"},
 		{"sparse bomb", sparseStream(10_000_000_000), errdefs.ErrResourceExhausted, "files of the build context are larger"},
 		{"not a tar", []byte(strings.Repeat("garbage!", 200)), errdefs.ErrInvalidArgument, "the build context is not a valid tar"},
-		{"truncated", makeTar(t, ent{name: "f", body: strings.Repeat("y", 5000)})[:3000], errdefs.ErrInvalidArgument, "not a valid tar"},
-		{"gzip", gzipped(t, makeTar(t, ent{name: "f", body: "x"})), errdefs.ErrInvalidArgument, "not a valid tar"},
+		{"truncated", testutil.Tar(t, testutil.Entry{Name: "f", Body: strings.Repeat("y", 5000)})[:3000], errdefs.ErrInvalidArgument, "not a valid tar"},
+		{"gzip", gzipped(t, testutil.Tar(t, testutil.Entry{Name: "f", Body: "x"})), errdefs.ErrInvalidArgument, "not a valid tar"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -181,13 +182,13 @@ var layoutOpts = TreeOptions{Name: "image layout", MaxEntries: 50, MaxBytes: 64 
 // names are plain names.
 func TestExtractTreeFilesOnly(t *testing.T) {
 	_, dir := treeDir(t)
-	st, err := ExtractTree(context.Background(), dir, bytes.NewReader(makeTar(t,
-		ent{name: "./", typ: tar.TypeDir, mode: 0o755},
-		ent{name: "oci-layout", body: "{}", mode: 0o6755, uid: 100000},
-		ent{name: "blobs/sha256/ab", body: "blob", mode: 0o444},
-		ent{name: "blobs/", typ: tar.TypeDir, mode: 0o555},
-		ent{name: "blobs/", typ: tar.TypeDir, mode: 0o777},
-		ent{name: ".wh..wh..opq", body: "plain"},
+	st, err := ExtractTree(context.Background(), dir, bytes.NewReader(testutil.Tar(t,
+		testutil.Entry{Name: "./", Type: tar.TypeDir, Mode: 0o755},
+		testutil.Entry{Name: "oci-layout", Body: "{}", Mode: 0o6755, UID: 100000},
+		testutil.Entry{Name: "blobs/sha256/ab", Body: "blob", Mode: 0o444},
+		testutil.Entry{Name: "blobs/", Type: tar.TypeDir, Mode: 0o555},
+		testutil.Entry{Name: "blobs/", Type: tar.TypeDir, Mode: 0o777},
+		testutil.Entry{Name: ".wh..wh..opq", Body: "plain"},
 	)), layoutOpts)
 	if err != nil {
 		t.Fatal(err)
@@ -217,9 +218,9 @@ func TestExtractTreeFilesOnly(t *testing.T) {
 // tree policy's checks and caps hold there too; nothing is written beside
 // the tree.
 func TestExtractTreeFilesOnlyHostile(t *testing.T) {
-	many := []ent{}
+	many := []testutil.Entry{}
 	for i := range 60 {
-		many = append(many, ent{name: "f" + strings.Repeat("x", i)})
+		many = append(many, testutil.Entry{Name: "f" + strings.Repeat("x", i)})
 	}
 	tests := []struct {
 		name  string
@@ -227,20 +228,20 @@ func TestExtractTreeFilesOnlyHostile(t *testing.T) {
 		class error
 		msg   string
 	}{
-		{"symlink", makeTar(t, ent{name: "blobs/sha256/link", typ: tar.TypeSymlink, link: "/etc/shadow"}), errdefs.ErrInvalidArgument, `image layout entry "blobs/sha256/link": only files and directories are allowed (type "2")`},
-		{"relative symlink", makeTar(t, ent{name: "a", body: "x"}, ent{name: "l", typ: tar.TypeSymlink, link: "a"}), errdefs.ErrInvalidArgument, "only files and directories"},
-		{"hard link", makeTar(t, ent{name: "a", body: "x"}, ent{name: "h", typ: tar.TypeLink, link: "a"}), errdefs.ErrInvalidArgument, `image layout entry "h": only files and directories are allowed (type "1")`},
-		{"fifo", makeTar(t, ent{name: "p", typ: tar.TypeFifo}), errdefs.ErrInvalidArgument, "only files and directories"},
-		{"device", makeTar(t, ent{name: "dev", typ: tar.TypeChar}), errdefs.ErrInvalidArgument, "only files and directories"},
-		{"file twice", makeTar(t, ent{name: "index.json", body: "{}"}, ent{name: "./index.json", body: "{\"evil\":1}"}), errdefs.ErrInvalidArgument, `image layout entry "index.json" appears twice`},
-		{"dir over file", makeTar(t, ent{name: "blobs", body: "x"}, ent{name: "blobs/", typ: tar.TypeDir}), errdefs.ErrInvalidArgument, `image layout entry "blobs" appears twice`},
-		{"file over dir", makeTar(t, ent{name: "blobs/", typ: tar.TypeDir}, ent{name: "blobs", body: "x"}), errdefs.ErrInvalidArgument, `image layout entry "blobs" appears twice`},
-		{"file under file", makeTar(t, ent{name: "a", body: "x"}, ent{name: "a/b", body: "y"}), errdefs.ErrInvalidArgument, "not a directory"},
-		{"file as root", makeTar(t, ent{name: ".", body: "x"}), errdefs.ErrInvalidArgument, "a file cannot be the image layout's root"},
-		{"dotdot", makeTar(t, ent{name: "a/../../evil", body: "x"}), errdefs.ErrInvalidArgument, "names with .."},
-		{"absolute", makeTar(t, ent{name: "/etc/evil", body: "x"}), errdefs.ErrInvalidArgument, "absolute names"},
-		{"too many", makeTar(t, many...), errdefs.ErrResourceExhausted, "the image layout has more than 50 entries"},
-		{"too big", makeTar(t, ent{name: "big", body: strings.Repeat("x", 70<<10)}), errdefs.ErrResourceExhausted, "files of the image layout are larger than the limit of 65536 bytes"},
+		{"symlink", testutil.Tar(t, testutil.Entry{Name: "blobs/sha256/link", Type: tar.TypeSymlink, Link: "/etc/shadow"}), errdefs.ErrInvalidArgument, `image layout entry "blobs/sha256/link": only files and directories are allowed (type "2")`},
+		{"relative symlink", testutil.Tar(t, testutil.Entry{Name: "a", Body: "x"}, testutil.Entry{Name: "l", Type: tar.TypeSymlink, Link: "a"}), errdefs.ErrInvalidArgument, "only files and directories"},
+		{"hard link", testutil.Tar(t, testutil.Entry{Name: "a", Body: "x"}, testutil.Entry{Name: "h", Type: tar.TypeLink, Link: "a"}), errdefs.ErrInvalidArgument, `image layout entry "h": only files and directories are allowed (type "1")`},
+		{"fifo", testutil.Tar(t, testutil.Entry{Name: "p", Type: tar.TypeFifo}), errdefs.ErrInvalidArgument, "only files and directories"},
+		{"device", testutil.Tar(t, testutil.Entry{Name: "dev", Type: tar.TypeChar}), errdefs.ErrInvalidArgument, "only files and directories"},
+		{"file twice", testutil.Tar(t, testutil.Entry{Name: "index.json", Body: "{}"}, testutil.Entry{Name: "./index.json", Body: "{\"evil\":1}"}), errdefs.ErrInvalidArgument, `image layout entry "index.json" appears twice`},
+		{"dir over file", testutil.Tar(t, testutil.Entry{Name: "blobs", Body: "x"}, testutil.Entry{Name: "blobs/", Type: tar.TypeDir}), errdefs.ErrInvalidArgument, `image layout entry "blobs" appears twice`},
+		{"file over dir", testutil.Tar(t, testutil.Entry{Name: "blobs/", Type: tar.TypeDir}, testutil.Entry{Name: "blobs", Body: "x"}), errdefs.ErrInvalidArgument, `image layout entry "blobs" appears twice`},
+		{"file under file", testutil.Tar(t, testutil.Entry{Name: "a", Body: "x"}, testutil.Entry{Name: "a/b", Body: "y"}), errdefs.ErrInvalidArgument, "not a directory"},
+		{"file as root", testutil.Tar(t, testutil.Entry{Name: ".", Body: "x"}), errdefs.ErrInvalidArgument, "a file cannot be the image layout's root"},
+		{"dotdot", testutil.Tar(t, testutil.Entry{Name: "a/../../evil", Body: "x"}), errdefs.ErrInvalidArgument, "names with .."},
+		{"absolute", testutil.Tar(t, testutil.Entry{Name: "/etc/evil", Body: "x"}), errdefs.ErrInvalidArgument, "absolute names"},
+		{"too many", testutil.Tar(t, many...), errdefs.ErrResourceExhausted, "the image layout has more than 50 entries"},
+		{"too big", testutil.Tar(t, testutil.Entry{Name: "big", Body: strings.Repeat("x", 70<<10)}), errdefs.ErrResourceExhausted, "files of the image layout are larger than the limit of 65536 bytes"},
 		{"sparse bomb", sparseStream(10_000_000_000), errdefs.ErrResourceExhausted, "files of the image layout are larger"},
 		{"not a tar", []byte(strings.Repeat("garbage!", 200)), errdefs.ErrInvalidArgument, "the image layout is not a valid tar"},
 	}
@@ -272,7 +273,7 @@ func TestExtractTreeFilesOnlyHostile(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, dir := treeDir(t)
-	if _, err := ExtractTree(ctx, dir, bytes.NewReader(makeTar(t, ent{name: "a", body: "x"})), layoutOpts); !errors.Is(err, errdefs.ErrCanceled) {
+	if _, err := ExtractTree(ctx, dir, bytes.NewReader(testutil.Tar(t, testutil.Entry{Name: "a", Body: "x"})), layoutOpts); !errors.Is(err, errdefs.ErrCanceled) {
 		t.Errorf("canceled: %v", err)
 	}
 }
@@ -294,15 +295,15 @@ func TestExtractTreeBadOptions(t *testing.T) {
 // names and contents; it holds only the stream's directories (0700) and
 // regular files (0600), each file named once and never also a directory.
 func FuzzExtractTree(f *testing.F) {
-	f.Add(makeTar(f, ent{name: "Airfile", body: "FROM template:host\n"}, ent{name: "a/b", body: "x"}))
-	f.Add(makeTar(f, ent{name: "l", typ: tar.TypeSymlink, link: "../x"}))
-	f.Add(makeTar(f, ent{name: "l", typ: tar.TypeSymlink, link: "."}, ent{name: "l/l/f", body: "x"}))
-	f.Add(makeTar(f, ent{name: "d/", typ: tar.TypeDir}, ent{name: "d/../../x", body: "x"}))
-	f.Add(makeTar(f, ent{name: "f", body: "x"}, ent{name: "h", typ: tar.TypeLink, link: "f"}, ent{name: "f/", typ: tar.TypeDir}))
-	f.Add(makeTar(f, ent{name: ".wh..wh..opq"}, ent{name: "d/.wh.f"}, ent{name: "p", typ: tar.TypeFifo}))
-	f.Add(makeTar(f, ent{name: "oci-layout", body: "{}"}, ent{name: "blobs/sha256/ab", body: "b"}, ent{name: "blobs/", typ: tar.TypeDir}, ent{name: "./index.json", body: "{}"}))
-	f.Add(makeTar(f, ent{name: "index.json", body: "a"}, ent{name: "./index.json", body: "b"}))
-	f.Add(makeTar(f, ent{name: "a", body: "x"}, ent{name: "a/", typ: tar.TypeDir}, ent{name: "a/b", body: "y"}))
+	f.Add(testutil.Tar(f, testutil.Entry{Name: "Airfile", Body: "FROM template:host\n"}, testutil.Entry{Name: "a/b", Body: "x"}))
+	f.Add(testutil.Tar(f, testutil.Entry{Name: "l", Type: tar.TypeSymlink, Link: "../x"}))
+	f.Add(testutil.Tar(f, testutil.Entry{Name: "l", Type: tar.TypeSymlink, Link: "."}, testutil.Entry{Name: "l/l/f", Body: "x"}))
+	f.Add(testutil.Tar(f, testutil.Entry{Name: "d/", Type: tar.TypeDir}, testutil.Entry{Name: "d/../../x", Body: "x"}))
+	f.Add(testutil.Tar(f, testutil.Entry{Name: "f", Body: "x"}, testutil.Entry{Name: "h", Type: tar.TypeLink, Link: "f"}, testutil.Entry{Name: "f/", Type: tar.TypeDir}))
+	f.Add(testutil.Tar(f, testutil.Entry{Name: ".wh..wh..opq"}, testutil.Entry{Name: "d/.wh.f"}, testutil.Entry{Name: "p", Type: tar.TypeFifo}))
+	f.Add(testutil.Tar(f, testutil.Entry{Name: "oci-layout", Body: "{}"}, testutil.Entry{Name: "blobs/sha256/ab", Body: "b"}, testutil.Entry{Name: "blobs/", Type: tar.TypeDir}, testutil.Entry{Name: "./index.json", Body: "{}"}))
+	f.Add(testutil.Tar(f, testutil.Entry{Name: "index.json", Body: "a"}, testutil.Entry{Name: "./index.json", Body: "b"}))
+	f.Add(testutil.Tar(f, testutil.Entry{Name: "a", Body: "x"}, testutil.Entry{Name: "a/", Type: tar.TypeDir}, testutil.Entry{Name: "a/b", Body: "y"}))
 	f.Add(sparseStream(10_000_000_000))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		plain := fuzzTree(t, data, TreeOptions{Name: "build context", MaxEntries: 1000, MaxBytes: 1 << 20})

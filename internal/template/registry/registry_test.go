@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/template"
 	"github.com/airlock-sandbox/airlock/internal/template/layers"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // memStore is an in-memory Store; every layer is 1000 bytes.
@@ -212,7 +212,8 @@ func TestBuildRegisters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bc, err := job.ReceiveContext(context.Background(), bytes.NewReader(tarOf(t, map[string]string{"Airfile": "FROM template:host\n", "a/b": "x"})))
+	bc, err := job.ReceiveContext(context.Background(), bytes.NewReader(testutil.Tar(t,
+		testutil.Entry{Name: "Airfile", Body: "FROM template:host\n"}, testutil.Entry{Name: "a/b", Body: "x"})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,11 +411,11 @@ func TestReceiveContext(t *testing.T) {
 		class error
 		msg   string
 	}{
-		{"no airfile", tarOf(t, map[string]string{"x": "y"}), errdefs.ErrInvalidArgument, "the build context has no Airfile at its root"},
-		{"airfile link", tarWith(t, &tar.Header{Name: "Airfile", Typeflag: tar.TypeSymlink, Linkname: "x"}), errdefs.ErrInvalidArgument, "the build context's Airfile is not a regular file"},
-		{"too many", tarOf(t, map[string]string{"Airfile": "", "a": "", "b": "", "c": ""}), errdefs.ErrResourceExhausted, "the build context has more than 3 entries"},
-		{"too big", tarOf(t, map[string]string{"Airfile": strings.Repeat("x", 8<<10)}), errdefs.ErrResourceExhausted, "larger than the limit of 4096 bytes"},
-		{"escape", tarOf(t, map[string]string{"../x": ""}), errdefs.ErrInvalidArgument, "names with .. are not allowed"},
+		{"no airfile", testutil.Tar(t, testutil.Entry{Name: "x", Body: "y"}), errdefs.ErrInvalidArgument, "the build context has no Airfile at its root"},
+		{"airfile link", testutil.Tar(t, testutil.Entry{Name: "Airfile", Type: tar.TypeSymlink, Link: "x"}), errdefs.ErrInvalidArgument, "the build context's Airfile is not a regular file"},
+		{"too many", testutil.Tar(t, []testutil.Entry{{Name: "Airfile"}, {Name: "a"}, {Name: "b"}, {Name: "c"}}...), errdefs.ErrResourceExhausted, "the build context has more than 3 entries"},
+		{"too big", testutil.Tar(t, testutil.Entry{Name: "Airfile", Body: strings.Repeat("x", 8<<10)}), errdefs.ErrResourceExhausted, "larger than the limit of 4096 bytes"},
+		{"escape", testutil.Tar(t, testutil.Entry{Name: "../x"}), errdefs.ErrInvalidArgument, "names with .. are not allowed"},
 	}
 	for _, tt := range tests {
 		job, err := e.svc.Reserve("", "ctx", false)
@@ -446,41 +447,4 @@ func TestReceiveContext(t *testing.T) {
 	if _, err := job.ReceiveImage(ctx, bytes.NewReader(nil)); !errors.Is(err, errdefs.ErrNotSupported) {
 		t.Errorf("import without an importer: %v", err)
 	}
-}
-
-// tarOf is a tar of regular files, in name order.
-func tarOf(t *testing.T, files map[string]string) []byte {
-	t.Helper()
-	var hdrs []*tar.Header
-	for _, name := range slices.Sorted(maps.Keys(files)) {
-		hdrs = append(hdrs, &tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(files[name]))})
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, h := range hdrs {
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		tw.Write([]byte(files[h.Name]))
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-// tarWith is a tar of headers without content.
-func tarWith(t *testing.T, hdrs ...*tar.Header) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, h := range hdrs {
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
 }
