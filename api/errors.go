@@ -20,6 +20,7 @@ const (
 	CodeCanceled             = "canceled"               // 499: the client went away
 	CodeInternal             = "internal"               // 500
 	CodeNotSupported         = "not_supported"          // 501
+	CodeBadGateway           = "bad_gateway"            // 502: nothing answered on a sandbox's port
 	CodeUnavailable          = "unavailable"            // 503
 	CodeTimeout              = "timeout"                // 504
 )

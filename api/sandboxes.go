@@ -45,13 +45,18 @@ type Limits struct {
 	DiskMB int64 `json:"disk_mb,omitempty"`
 }
 
-// Network is a sandbox's network policy, in a create request.
+// Network is a sandbox's network policy, in a create request and the
+// body of PATCH /v1/sandboxes/{id}/network.
 type Network struct {
-	// Mode "none" (the default) gives the sandbox loopback only; no
-	// other mode is supported yet.
+	// Mode "none" (the default) gives the sandbox loopback only;
+	// "allowlist" lets it reach the destinations in Allow through its
+	// egress proxy ("open" is not supported yet).
 	Mode string `json:"mode"`
-	// Allow lists the destinations a mode with egress may reach; it must
-	// be empty with mode none.
+	// Allow lists the destinations mode allowlist may reach: host names,
+	// "*.example.com" wildcards, IP addresses and CIDRs, each with an
+	// optional ":port" or ":port-port" list; loopback, private,
+	// link-local and metadata addresses only when listed as addresses.
+	// It must be empty with mode none.
 	Allow []string `json:"allow,omitempty"`
 }
 

@@ -83,6 +83,7 @@ var codeErrors = map[string]error{
 	api.CodeRateLimited:          ErrRateLimited,
 	api.CodeResourceExhausted:    ErrQuotaExceeded,
 	api.CodeNotSupported:         ErrNotSupported,
+	api.CodeBadGateway:           ErrUnavailable,
 	api.CodeUnavailable:          ErrUnavailable,
 	api.CodeTimeout:              ErrTimeout,
 	api.CodeInternal:             ErrInternal,

@@ -133,6 +133,7 @@ const cliUsage = `usage: airlock [--url URL] COMMAND [ARG...]
   ps [--json] ID                        every process of the sandbox
   kill [-s SIGNAL] ID PID...
   kill --all [--timeout D] [--json] ID  every process but the agent
+  port [--sign [--ttl D]] [--json] ID PORT  the URL of a port of the sandbox
   code [-l python|javascript|bash] [-c CODE | -f FILE] [--context C] [-e K=V]...
        [--timeout D] [--json] ID      (a REPL when no -c/-f and stdin is a terminal)
   contexts ls [--json] ID | rm ID CONTEXT... | restart ID CONTEXT | interrupt ID CONTEXT
@@ -146,9 +147,13 @@ const cliUsage = `usage: airlock [--url URL] COMMAND [ARG...]
                             newest first; --tail N oldest first; -f follows
   audit verify [--checkpoint SEQ:HASH|FILE]... [--public-key PEM] [--offline] [--json]
   audit checkpoint [--public-key]
+  net show ID | net set ID none|allowlist [--allow ENTRY]... | net log ID
+                            a sandbox's network policy, counters, egress log
   keys create --name N --scope S... [--expires D] [--json]
   keys ls [--json]
   keys revoke ID...
+  secrets set NAME [--from-file PATH] [-d DESC] [--json]   the value from stdin or the file
+  secrets ls [--json] | rm NAME...
   tenants create [--id ID] [--max-sandboxes N] [--json] NAME    (the operator's)
   tenants ls [--json]
   tenants rm ID...
@@ -213,10 +218,14 @@ func (c *cli) verbs() map[string]func(context.Context, []string) (int, error) {
 		"shell":      c.shellCmd,
 		"ps":         c.psCmd,
 		"kill":       c.killCmd,
+		"port":       c.portCmd,
 		"audit":      c.auditCmd,
+		"net":        c.netCmd,
 		"keys":       c.keysCmd,
 		"template":   c.templateCmd,
 		"key":        c.keysCmd,
+		"secrets":    c.secretsCmd,
+		"secret":     c.secretsCmd,
 		"tenants":    c.tenantsCmd,
 		"tenant":     c.tenantsCmd,
 		"doctor":     c.doctorCmd,

@@ -37,12 +37,15 @@ var completions = map[string]completion{
 	"shell":      {ids: true},
 	"ps":         {ids: true},
 	"kill":       {ids: true},
+	"port":       {ids: true},
 	"code":       {ids: true},
 	"files":      {subs: []string{"ls", "mkdir", "rm"}, ids: true},
 	"contexts":   {subs: []string{"ls", "rm", "restart", "interrupt"}, ids: true},
 	"template":   {subs: []string{"build", "import", "ls", "inspect", "rm"}},
 	"audit":      {subs: []string{"verify", "checkpoint"}},
+	"net":        {subs: []string{"show", "set", "log"}, ids: true},
 	"keys":       {subs: []string{"create", "ls", "revoke"}},
+	"secrets":    {subs: []string{"set", "ls", "rm"}},
 	"tenants":    {subs: []string{"create", "ls", "rm"}},
 	"prune":      {},
 	"doctor":     {},
@@ -55,7 +58,7 @@ var completions = map[string]completion{
 
 // completionAliases are verbs that completion does not offer (another
 // name of an offered one).
-var completionAliases = map[string]bool{"sandboxes": true, "key": true, "tenant": true, "file": true, "context": true}
+var completionAliases = map[string]bool{"sandboxes": true, "key": true, "secret": true, "tenant": true, "file": true, "context": true}
 
 func (c *cli) completionCmd(ctx context.Context, args []string) (int, error) {
 	fs := c.flags("completion", completionUsage)

@@ -34,7 +34,7 @@ var scopeHelp = map[auth.Scope]string{
 	auth.ScopeAuditRead:      "read your tenant's audit records",
 	auth.ScopeTemplatesRead:  "list and inspect templates",
 	auth.ScopeTemplatesWrite: "build, import and remove your tenant's templates",
-	auth.ScopeAdmin:          "all of the above, API keys, the host report and audit verification",
+	auth.ScopeAdmin:          "all of the above, API keys, secrets, the host report and audit verification",
 	auth.ScopeOperator:       "admin, and across tenants: tenants, shared templates, registry pulls",
 }
 

@@ -14,8 +14,10 @@ import (
 
 const sandboxUsage = `usage:
   airlock sandbox create [-t TEMPLATE] [--timeout D] [--idle-timeout D] [--memory MB] [--cpus N]
-                         [--pids N] [--disk MB] [-e K=V]... [-m K=V]... [--json]
+                         [--pids N] [--disk MB] [-e K=V]... [-m K=V]... [--allow ENTRY]... [--json]
       Create a sandbox and print its ID (or the sandbox as JSON).
+      --allow gives it network mode allowlist: only those destinations,
+      through its egress proxy (see airlock net -h).
       --idle-timeout ends it after that long without a request.
   airlock sandbox ls [--state S]... [-m K=V]... [-q | --json]
       List your sandboxes (stopped ones stay listed for a short while);
@@ -108,8 +110,9 @@ type createFlags struct {
 	timeout     durationFlag
 	idleTimeout durationFlag
 	limitFlags
-	env  kvFlag
-	meta kvFlag
+	env   kvFlag
+	meta  kvFlag
+	allow allowFlag
 }
 
 // register adds the flags to fs; withEnv adds -e (run has its own).
@@ -120,6 +123,7 @@ func (f *createFlags) register(fs *flag.FlagSet, withEnv bool) {
 	f.limitFlags.register(fs)
 	fs.Var(f.meta, "m", "metadata `K=V` (repeatable)")
 	fs.Var(f.meta, "metadata", "same as -m")
+	fs.Var(&f.allow, "allow", "network mode allowlist: a destination `ENTRY` the sandbox may reach (repeatable)")
 	if withEnv {
 		fs.Var(&f.timeout, "timeout", "how long the sandbox lives (e.g. 10m; the server's default if unset)")
 		fs.Var(&f.idleTimeout, "idle-timeout", "end the sandbox after this long without a request (e.g. 5m; never if unset)")
@@ -141,6 +145,7 @@ func (f *createFlags) request() (client.CreateSandboxRequest, error) {
 		Limits:      limits,
 		Env:         f.env.orNil(),
 		Metadata:    f.meta.orNil(),
+		Network:     f.allow.network(),
 	}, nil
 }
 

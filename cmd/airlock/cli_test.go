@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/runtime/runtimefake"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/secrets"
 	"github.com/airlock-sandbox/airlock/internal/store/sqlitestore"
 	"github.com/airlock-sandbox/airlock/internal/template"
 )
@@ -48,6 +49,8 @@ type cliEnv struct {
 	signer *audit.Signer
 	// env is the environment the CLI sees; tests may change it.
 	env map[string]string
+	// secrets is the server's secret store.
+	secrets *secrets.Store
 }
 
 func newCLIEnv(t *testing.T) *cliEnv {
@@ -93,8 +96,15 @@ func newCLIEnv(t *testing.T) *cliEnv {
 	if e.signer, _, err = audit.LoadSigner(filepath.Join(dataDir, "checkpoint.key")); err != nil {
 		t.Fatal(err)
 	}
+	secretsKey, _, err := secrets.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.secrets, err = secrets.New(st, secrets.Options{Key: secretsKey}); err != nil {
+		t.Fatal(err)
+	}
 	h, err := api.New(api.Config{Sandboxes: e.mgr, Auth: e.auth, Audit: log, AuditLog: log, AuditSigner: e.signer, Keys: e.auth,
-		Tenants: e.auth, Quota: e.auth})
+		Tenants: e.auth, Quota: e.auth, Secrets: e.secrets})
 	if err != nil {
 		t.Fatal(err)
 	}

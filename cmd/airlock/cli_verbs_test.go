@@ -335,6 +335,7 @@ func TestHelpNamesRealFlags(t *testing.T) {
 		"contexts":   {"ls", "rm", "restart", "interrupt"},
 		"sandbox":    {"create", "ls", "get", "rm", "extend"},
 		"template":   {"build", "import", "ls", "inspect", "rm"},
+		"secrets":    {"set", "ls", "rm"},
 	}
 	for verb, subs := range groups {
 		flags := map[string]bool{"--url": true}

@@ -127,6 +127,7 @@ type Agent struct {
 	started  time.Time
 	procs    *processTable
 	files    *fileService
+	ports    *portService
 	deadline *deadline
 }
 
@@ -159,7 +160,7 @@ func New(opts Options) (*Agent, error) {
 	if !opts.Deadline.IsZero() && opts.End == nil {
 		return nil, errors.New("agent: a Deadline needs End")
 	}
-	a := &Agent{opts: opts, log: opts.Logger, started: time.Now()}
+	a := &Agent{opts: opts, log: opts.Logger, started: time.Now(), ports: newPortService()}
 	var err error
 	if a.procs, err = newProcessTable(a); err != nil {
 		return nil, err
@@ -193,6 +194,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.Handle(agentv1connect.NewAgentServiceHandler(&infoService{a: a}, opts))
 	mux.Handle(agentv1connect.NewProcessServiceHandler(a.procs, opts))
 	mux.Handle(agentv1connect.NewFileServiceHandler(a.files, opts))
+	mux.Handle(agentv1connect.NewPortServiceHandler(a.ports, opts))
 	return mux
 }
 

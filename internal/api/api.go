@@ -2,7 +2,9 @@
 // files and an interactive PTY over WebSocket, the audit log, API keys,
 // tenants (the operator's), templates (a tenant's own and the shared
 // ones: list and inspect with templates:read, build and remove with
-// templates:write; see Config.Templates), plus health endpoints. It is
+// templates:write; see Config.Templates), a tenant's secrets
+// (write-only: their metadata comes back, never a value; see
+// Config.Secrets), plus health endpoints. It is
 // the one place where internal errors become HTTP statuses and public error
 // codes (see publicError).
 //
@@ -13,7 +15,8 @@
 // reported exactly like one that does not exist. Every mutation (create,
 // delete, timeout, exec, file write, delete and mkdir, PTY session,
 // process signal and kill-all, key create and revoke, tenant create and
-// delete, template build and delete) is recorded twice in the audit log:
+// delete, template build and delete, secret put and delete) is recorded
+// twice in the audit log:
 // an intent,
 // durable before the action is carried out, and its outcome, durable
 // before the response (see call.begin and call.commit); a request refused
@@ -30,6 +33,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/audit"
@@ -217,6 +221,14 @@ type Config struct {
 	// Templates, if set, serves /v1/templates (list, inspect, build,
 	// import, remove); without it those routes answer 501 not_supported.
 	Templates *registry.Service
+	// Secrets, if set, serves /v1/secrets (put, inspect, list and delete
+	// a tenant's secrets, never their values); without it those routes
+	// answer 501 not_supported.
+	Secrets SecretStore
+	// PortDomain, if set, is the wildcard domain of sandbox ports: a
+	// request whose host is {port}-{id}.{PortDomain} goes to that port
+	// of that sandbox (see ports.go). Its DNS and TLS are the operator's.
+	PortDomain string
 	// Info, if set, serves GET /v1/info (version, runtime, host report);
 	// without it that route answers 501 not_supported.
 	Info *Info
@@ -243,6 +255,7 @@ type Handler struct {
 	tenants     TenantManager
 	code        CodeRunner
 	tpl         *registry.Service
+	secrets     SecretStore
 	hostInfo    *Info
 	ready       func(ctx context.Context) error
 	log         *slog.Logger
@@ -252,7 +265,10 @@ type Handler struct {
 	// authenticator has it, resolves the key a token stands for.
 	tickets  *auth.Tickets
 	keyCheck KeyChecker
-	mux      *http.ServeMux
+	// portSigner signs port tokens; portDomain is Config.PortDomain.
+	portSigner *portSigner
+	portDomain string
+	mux        *http.ServeMux
 	// reqs counts the requests being served; draining ends when the
 	// graceful stop begins (sessions end), stopping when its grace is
 	// over (every request ends). See Shutdown.
@@ -282,6 +298,7 @@ func New(cfg Config) (*Handler, error) {
 		tenants:     cfg.Tenants,
 		code:        cfg.Code,
 		tpl:         cfg.Templates,
+		secrets:     cfg.Secrets,
 		hostInfo:    cfg.Info,
 		ready:       cfg.Ready,
 		log:         cfg.Log,
@@ -290,6 +307,8 @@ func New(cfg Config) (*Handler, error) {
 	}
 	h.inflight = newInflight(h.lim)
 	h.tickets = auth.NewTickets(h.lim.PTYTokenTTL, nil)
+	h.portSigner = newPortSigner()
+	h.portDomain = strings.ToLower(strings.TrimSuffix(cfg.PortDomain, "."))
 	h.keyCheck, _ = cfg.Auth.(KeyChecker)
 	h.reqs = newRequests()
 	h.draining, h.drain = context.WithCancelCause(context.Background())
@@ -351,6 +370,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil && r.Body != http.NoBody {
 		body = &eofBody{ReadCloser: r.Body}
 		r.Body = body
+	}
+	if id, port, ok := portHost(r.Host, h.portDomain); ok {
+		r = portHostRequest(r, id, port)
 	}
 	rc := http.NewResponseController(w)
 	// A keep-alive connection may hold the previous response's deadline.
@@ -419,6 +441,9 @@ func (h *Handler) routes() []route {
 		{"GET", "/v1/sandboxes/{id}", auth.ScopeSandboxesRead, "", h.getSandbox},
 		{"DELETE", "/v1/sandboxes/{id}", auth.ScopeSandboxesWrite, ActionSandboxDelete, h.deleteSandbox},
 		{"POST", "/v1/sandboxes/{id}/timeout", auth.ScopeSandboxesWrite, ActionSandboxTimeout, h.setTimeout},
+		{"GET", "/v1/sandboxes/{id}/network", auth.ScopeSandboxesRead, "", h.getNetwork},
+		{"PATCH", "/v1/sandboxes/{id}/network", auth.ScopeSandboxesWrite, ActionSandboxNetwork, h.setNetwork},
+		{"GET", "/v1/sandboxes/{id}/network/log", auth.ScopeAuditRead, "", h.networkLog},
 		{"POST", "/v1/sandboxes/{id}/exec", auth.ScopeExec, ActionSandboxExec, h.exec},
 		{"PUT", "/v1/sandboxes/{id}/files", auth.ScopeFiles, ActionFileWrite, h.writeFile},
 		{"GET", "/v1/sandboxes/{id}/files", auth.ScopeFiles, "", h.readFile},
@@ -437,6 +462,13 @@ func (h *Handler) routes() []route {
 		{"POST", "/v1/sandboxes/{id}/processes/kill", auth.ScopeExec, ActionProcessKillAll, h.killAllProcesses},
 		{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", auth.ScopeExec, ActionProcessSignal, h.signalProcess},
 		{"GET", "/v1/sandboxes/{id}/processes/{pid}/output", auth.ScopeExec, "", h.processOutput},
+		{"POST", "/v1/sandboxes/{id}/ports/{port}", auth.ScopeExec, ActionPortURL, h.createPortURL},
+		{"GET", portProxyPath, auth.ScopeExec, "", h.proxyPort},
+		{"POST", portProxyPath, auth.ScopeExec, "", h.proxyPort},
+		{"PUT", portProxyPath, auth.ScopeExec, "", h.proxyPort},
+		{"PATCH", portProxyPath, auth.ScopeExec, "", h.proxyPort},
+		{"DELETE", portProxyPath, auth.ScopeExec, "", h.proxyPort},
+		{"OPTIONS", portProxyPath, auth.ScopeExec, "", h.proxyPort},
 		{"GET", "/v1/audit", auth.ScopeAuditRead, "", h.listAudit},
 		{"POST", "/v1/audit/verify", auth.ScopeAdmin, ActionAuditVerify, h.verifyAudit},
 		{"GET", "/v1/audit/checkpoint", auth.ScopeAdmin, "", h.auditCheckpoint},
@@ -451,6 +483,10 @@ func (h *Handler) routes() []route {
 		{"GET", "/v1/templates/{name}", auth.ScopeTemplatesRead, "", h.getTemplate},
 		{"DELETE", "/v1/templates/{name}", auth.ScopeTemplatesWrite, ActionTemplateDelete, h.deleteTemplate},
 		{"POST", "/v1/templates/{name}/import", auth.ScopeTemplatesWrite, ActionTemplateImport, h.importTemplate},
+		{"GET", "/v1/secrets", auth.ScopeAdmin, "", h.listSecrets},
+		{"GET", "/v1/secrets/{name}", auth.ScopeAdmin, "", h.getSecret},
+		{"PUT", "/v1/secrets/{name}", auth.ScopeAdmin, ActionSecretPut, h.putSecret},
+		{"DELETE", "/v1/secrets/{name}", auth.ScopeAdmin, ActionSecretDelete, h.deleteSecret},
 	}
 }
 

@@ -33,6 +33,7 @@ const (
 	CodeCanceled             = wire.CodeCanceled
 	CodeInternal             = wire.CodeInternal
 	CodeNotSupported         = wire.CodeNotSupported
+	CodeBadGateway           = wire.CodeBadGateway
 	CodeUnavailable          = wire.CodeUnavailable
 	CodeTimeout              = wire.CodeTimeout
 )

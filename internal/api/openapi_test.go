@@ -84,7 +84,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	codes := doc.Components.Schemas["Error"].Properties["error"].Properties["code"].Enum
 	want := []string{CodeInvalidArgument, CodeUnauthenticated, CodePermissionDenied, CodeNotFound, CodeMethodNotAllowed,
 		CodeAlreadyExists, CodeFailedPrecondition, CodeRequestTooLarge, CodeUnsupportedMediaType, CodeUpgradeRequired, CodeRateLimited,
-		CodeResourceExhausted, CodeCanceled, CodeInternal, CodeNotSupported, CodeUnavailable, CodeTimeout}
+		CodeResourceExhausted, CodeCanceled, CodeInternal, CodeNotSupported, CodeBadGateway, CodeUnavailable, CodeTimeout}
 	slices.Sort(codes)
 	slices.Sort(want)
 	if !slices.Equal(codes, want) {

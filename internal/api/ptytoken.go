@@ -100,6 +100,9 @@ func sandboxRoute(id, suffix string) string {
 // token (viaToken true). The token is cut from r's URL first, whatever
 // happens next, so that nothing downstream sees it.
 func (h *Handler) principal(r *http.Request, rt route) (p auth.Principal, viaToken bool, err error) {
+	if rt.path == portProxyPath {
+		return h.portPrincipal(r)
+	}
 	purpose, accepts := ticketRoutes[rt.method+" "+rt.path]
 	if !accepts {
 		p, err = h.authenticate(r)

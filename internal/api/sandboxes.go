@@ -168,14 +168,9 @@ func (req *createRequest) spec(owner string, cfg sandbox.Config) (sandbox.Spec, 
 	if err != nil {
 		return sandbox.Spec{}, err
 	}
-	if n := req.Network; n != nil {
-		switch {
-		case n.Mode != "" && n.Mode != "none":
-			return sandbox.Spec{}, fmt.Errorf("network mode %q is not supported yet; only \"none\" is: %w",
-				clean(truncate(n.Mode, 64)), errdefs.ErrNotSupported)
-		case len(n.Allow) > 0:
-			return sandbox.Spec{}, invalidf("network.allow needs a network mode that allows egress")
-		}
+	network := networkFrom(req.Network)
+	if err := sandbox.ValidateNetwork(network); err != nil {
+		return sandbox.Spec{}, err
 	}
 	return sandbox.Spec{
 		Owner:       owner,
@@ -185,6 +180,7 @@ func (req *createRequest) spec(owner string, cfg sandbox.Config) (sandbox.Spec, 
 		Metadata:    req.Metadata,
 		Timeout:     time.Duration(req.TimeoutS) * time.Second,
 		IdleTimeout: time.Duration(req.IdleTimeoutS) * time.Second,
+		Network:     network,
 	}, nil
 }
 
@@ -252,6 +248,9 @@ func (h *Handler) createSandbox(c *call) error {
 		return err
 	}
 	c.ev.Details = map[string]any{"template": spec.Template}
+	if spec.Network.Mode == sandbox.NetworkAllowlist {
+		c.ev.Details["network"] = networkDetails(spec.Network)
+	}
 	quota, err := h.tenantQuota(c.r.Context(), c.p.TenantID)
 	if err != nil {
 		return err

@@ -24,6 +24,7 @@ import (
 var sessionRoutes = map[string]bool{
 	"/v1/sandboxes/{id}/pty":                    true,
 	"/v1/sandboxes/{id}/processes/{pid}/output": true,
+	portProxyPath:                               true, // a proxied WebSocket or event stream
 }
 
 // requests counts the requests being served, for Shutdown. After stop,

@@ -69,6 +69,11 @@ type Config struct {
 	// daemon keeps at most the latest 1000 either way. The audit log is
 	// the lasting record of every end.
 	EndedRetention Duration `json:"ended_retention"`
+	// PortDomain, if set, is the wildcard domain of sandbox ports: the
+	// API listener serves {port}-{id}.{PortDomain} as that port of that
+	// sandbox (see api.Config.PortDomain). Pointing *.PortDomain at the
+	// daemon, and TLS in front of it, is the operator's.
+	PortDomain string `json:"port_domain"`
 }
 
 // Defaults returns the built-in configuration.
@@ -230,6 +235,8 @@ var settings = []setting{
 		func(c *Config) any { return &c.ExecMemoryMB }},
 	{"ended-retention", "DURATION", "how long ended sandboxes stay visible (stopped or failed, with why), 1s to 168h",
 		func(c *Config) any { return &c.EndedRetention }},
+	{"port-domain", "DOMAIN", "wildcard domain of sandbox ports: {port}-{id}.DOMAIN reaches that port (empty: none)",
+		func(c *Config) any { return &c.PortDomain }},
 }
 
 // envName is the environment variable of the setting called name:
@@ -407,6 +414,8 @@ func (c Config) Validate() error {
 		return bad("exec memory must be between %d and %d MiB", minExecMemoryMB, 1<<20)
 	case c.EndedRetention < Duration(time.Second) || c.EndedRetention > Duration(7*24*time.Hour):
 		return bad("ended retention must be between 1s and 168h")
+	case c.PortDomain != "" && !validDomain(c.PortDomain):
+		return bad("port domain %q is not a DNS name (lowercase letters, digits and dashes in dot-separated labels)", c.PortDomain)
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err
@@ -415,3 +424,23 @@ func (c Config) Validate() error {
 }
 
 var errLevel = errors.New("log level must be debug, info, warn or error")
+
+// validDomain reports whether d is a lowercase DNS name: labels of 1 to
+// 63 characters [a-z0-9-], not starting or ending with a dash, at most
+// 253 characters in all.
+func validDomain(d string) bool {
+	if len(d) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(d, ".") {
+		if len(label) < 1 || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
+				return false
+			}
+		}
+	}
+	return true
+}

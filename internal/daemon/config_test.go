@@ -84,6 +84,16 @@ func TestLoadConfigEndedRetention(t *testing.T) {
 	}
 }
 
+func TestLoadConfigPortDomain(t *testing.T) {
+	cfg, err := LoadConfig([]string{"--port-domain", "ports.example.com"}, nil, io.Discard)
+	if err != nil || cfg.PortDomain != "ports.example.com" {
+		t.Fatalf("port domain %q, %v", cfg.PortDomain, err)
+	}
+	if cfg, _ := LoadConfig(nil, nil, io.Discard); cfg.PortDomain != "" {
+		t.Fatalf("default port domain %q, want none", cfg.PortDomain)
+	}
+}
+
 func TestLoadConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, body string) string {
@@ -117,6 +127,9 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"bad exec memory env", nil, []string{"AIRLOCK_EXEC_MEMORY_MB=lots"}, "AIRLOCK_EXEC_MEMORY_MB"},
 		{"ended retention too long", []string{"--ended-retention", "999h"}, nil, "ended retention"},
 		{"ended retention zero", nil, []string{"AIRLOCK_ENDED_RETENTION=0s"}, "ended retention"},
+		{"port domain upper case", []string{"--port-domain", "Ports.Example"}, nil, "port domain"},
+		{"port domain empty label", nil, []string{"AIRLOCK_PORT_DOMAIN=ports..example"}, "port domain"},
+		{"port domain wildcard", []string{"--port-domain", "*.ports.example"}, nil, "port domain"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -181,7 +181,13 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	if err := registerStored(templates, tstore.store, log); err != nil {
 		return err
 	}
+	// Every egress decision of the sandboxes' proxies goes to the audit
+	// log through a bounded queue; it closes after the manager, whose
+	// Close stops the proxies.
+	egressEvents := newEgressAudit(auditLog, log.With("component", "egress"))
+	defer egressEvents.Close()
 	scfg := sandbox.Config{
+		Egress:          sandbox.EgressConfig{Events: egressEvents.Record},
 		StateDir:        filepath.Join(cfg.DataDir, recordsDir),
 		DefaultTemplate: cfg.DefaultTemplate,
 		DefaultTimeout:  time.Duration(cfg.DefaultTimeout),
@@ -242,6 +248,8 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		Keys:        keys,
 		Tenants:     keys,
 		Templates:   tplRoutes,
+		Secrets:     data.secrets,
+		PortDomain:  cfg.PortDomain,
 		Info: &api.Info{
 			Version:   Version(),
 			Runtime:   rt.Name(),

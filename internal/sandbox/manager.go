@@ -80,6 +80,7 @@ type record struct {
 	destroyErr error         // result of the last destroy
 
 	saveMu sync.Mutex // serialises state-file writes of this sandbox
+	net    netState   // its egress proxy (network.go)
 }
 
 // snapshot returns a copy of the sandbox's state. Call with Manager.mu
@@ -88,6 +89,7 @@ func (r *record) snapshot() Sandbox {
 	sb := r.sb
 	sb.Env = cloneMap(sb.Env)
 	sb.Metadata = cloneMap(sb.Metadata)
+	sb.Network = cloneNetwork(sb.Network)
 	return sb
 }
 
@@ -163,12 +165,19 @@ func (m *Manager) Close(ctx context.Context) error {
 		p.members = nil
 	}
 	var clients []*agentclient.Client
+	var recs []*record
 	for _, rec := range m.records {
 		if rec.client != nil {
 			clients = append(clients, rec.client)
 		}
+		recs = append(recs, rec)
 	}
 	m.mu.Unlock()
+	// The egress proxies stop with the daemon; the next one starts them
+	// again when it adopts their sandboxes.
+	for _, rec := range recs {
+		m.stopEgress(rec)
+	}
 
 	if stop != nil {
 		stop()
@@ -218,10 +227,11 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 			if err != nil {
 				m.release()
 			}
-			return sb, err
+			return m.createEgress(ctx, sb, err, rs.policy)
 		}
 	}
-	return m.createCold(ctx, rs)
+	sb, err := m.createCold(ctx, rs)
+	return m.createEgress(ctx, sb, err, rs.policy)
 }
 
 // release gives back a concurrency slot reserved by Create.
@@ -260,6 +270,7 @@ func (m *Manager) createCold(ctx context.Context, rs resolvedSpec) (Sandbox, err
 			Limits:       rs.limits,
 			Env:          rs.env,
 			Metadata:     rs.metadata,
+			Network:      rs.network,
 			CreatedAt:    now,
 			ExpiresAt:    now.Add(rs.timeout),
 			MaxExpiresAt: now.Add(m.cfg.MaxLifetime),
@@ -628,6 +639,7 @@ func (m *Manager) beginDestroyLocked(rec *record, reason string, state State) {
 func (m *Manager) runDestroy(ctx context.Context, rec *record, reason string, keepFile bool) error {
 	id := rec.sb.ID
 	rec.client.Close()
+	m.stopEgress(rec)
 	// The record says the sandbox is ending before the runtime starts on
 	// it: a destroy cut by a restart can leave it frozen, and the next
 	// daemon must then finish the destroy rather than thaw and adopt it.

@@ -157,6 +157,7 @@ func (m *Manager) claimRecord(pm *poolMember, p *pool, rs resolvedSpec, now time
 			Limits:       rs.limits,
 			Env:          rs.env,
 			Metadata:     rs.metadata,
+			Network:      rs.network,
 			CreatedAt:    now,
 			ExpiresAt:    now.Add(rs.timeout),
 			MaxExpiresAt: now.Add(m.cfg.MaxLifetime),

@@ -253,6 +253,10 @@ func (m *Manager) recoverInstance(inst runtime.Instance, now time.Time) func(con
 	m.active++
 	m.mu.Unlock()
 	if reason == "" {
+		if p.Network != nil {
+			rec.sb.Network = cloneNetwork(*p.Network)
+			m.adoptEgress(rec, p.Network)
+		}
 		// An agent that dies while adopting or later is noticed at once.
 		m.watchAgent(rec)
 		return func(ctx context.Context) { m.adoptRecovered(ctx, rec) }

@@ -60,6 +60,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/template"
@@ -119,6 +120,8 @@ type Spec struct {
 	// IdleTimeout, if set, destroys the sandbox after this long without
 	// exec or file activity (and no operation in flight).
 	IdleTimeout time.Duration
+	// Network is its network policy; the zero value is NetworkNone.
+	Network Network
 	// Pending makes the sandbox provisional until Confirm: a daemon that
 	// restarts before Confirm removes it (EndCreateInterrupted), so that
 	// a create whose caller never got an answer leaves nothing behind.
@@ -140,6 +143,8 @@ type Sandbox struct {
 	Limits   runtime.Limits
 	Env      map[string]string
 	Metadata map[string]string
+	// Network is its network policy (see Network, SetNetwork).
+	Network Network
 	// CreatedAt is when the sandbox was handed to its creator (for a
 	// pooled sandbox, when it was claimed).
 	CreatedAt time.Time
@@ -272,6 +277,9 @@ type Config struct {
 	// for a caller, with the tenant's quota checked atomically at create
 	// (see RecordStore, RecordCreated, RecordStopped and SyncRecords).
 	Records RecordStore
+	// Egress configures the egress proxies of sandboxes in allowlist
+	// mode (see network.go).
+	Egress EgressConfig
 }
 
 // withDefaults returns c with zero fields set to their defaults.
@@ -509,6 +517,8 @@ type resolvedSpec struct {
 	idleTimeout time.Duration
 	pending     bool
 	origin      string
+	network     Network
+	policy      *egress.Policy // nil in mode none
 }
 
 // envKeyPattern is what an environment variable name may look like.
@@ -550,6 +560,10 @@ func (c Config) resolve(s Spec, templates *template.Registry) (resolvedSpec, err
 	if err := checkMap("env", s.Env, func(k string) bool { return envKeyPattern.MatchString(k) }); err != nil {
 		return resolvedSpec{}, err
 	}
+	network, policy, err := s.Network.resolve()
+	if err != nil {
+		return resolvedSpec{}, err
+	}
 	if err := checkMap("metadata", s.Metadata, func(k string) bool { return k != "" }); err != nil {
 		return resolvedSpec{}, err
 	}
@@ -570,6 +584,8 @@ func (c Config) resolve(s Spec, templates *template.Registry) (resolvedSpec, err
 		idleTimeout: s.IdleTimeout,
 		pending:     s.Pending,
 		origin:      s.Origin,
+		network:     network,
+		policy:      policy,
 	}, nil
 }
 

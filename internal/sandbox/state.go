@@ -41,6 +41,8 @@ type persisted struct {
 	// Pending: created with Spec.Pending and not confirmed yet.
 	Pending bool   `json:"pending,omitempty"`
 	Origin  string `json:"origin,omitempty"`
+	// Network is the sandbox's network policy, when not none.
+	Network *Network `json:"network,omitempty"`
 	// Ending is set, with its reason, before the sandbox is destroyed:
 	// a restart finishes the destroy instead of adopting the sandbox
 	// (which the interrupted destroy may have left frozen).
@@ -52,6 +54,10 @@ type persisted struct {
 func (r *record) persisted() persisted {
 	p := persistedOf(&r.sb)
 	p.Pending, p.Origin = r.pending, r.origin
+	if r.sb.Network.Mode == NetworkAllowlist {
+		n := cloneNetwork(r.sb.Network)
+		p.Network = &n
+	}
 	return p
 }
 

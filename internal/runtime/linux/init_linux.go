@@ -213,6 +213,10 @@ func serveStage() int {
 	}
 	log.Info("confined", "result", res)
 
+	if err := startEgressBridge(&cfg, log); err != nil {
+		return fail(fmt.Errorf("egress bridge: %w", err))
+	}
+
 	lnFile := os.NewFile(fdListener, "control")
 	ln, err := net.FileListener(lnFile)
 	lnFile.Close()

@@ -62,6 +62,11 @@ type initConfig struct {
 	// Deadline is when the agent ends the sandbox by itself
 	// (runtime.Spec.Deadline); zero for none.
 	Deadline time.Time `json:"deadline,omitzero"`
+	// EgressFD is the inherited descriptor of the sandbox's egress
+	// directory, on a detached bind mount (see egressDir); the agent
+	// bridges runtime.EgressBridgeAddr to the socket the daemon binds
+	// there. 0 for none (a build sandbox).
+	EgressFD int `json:"egress_fd,omitempty"`
 
 	// ChangesFD is set by the setup stage for the serve stage: a
 	// descriptor of the overlay's upper directory (the writable layer),
@@ -208,6 +213,15 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 		ic.CgroupFDs = append(ic.CgroupFDs, fdListener+len(extra)+i)
 	}
 	extra = append(extra, cgFiles...)
+	if !spec.Build {
+		egress, err := egressDir(dir, int(base))
+		if err != nil {
+			return nil, fmt.Errorf("sandbox %s: egress: %w", spec.ID, err)
+		}
+		defer egress.Close()
+		ic.EgressFD = fdListener + len(extra)
+		extra = append(extra, egress)
+	}
 
 	cmd = &exec.Cmd{
 		Path:       r.cfg.AgentPath,

@@ -1,0 +1,38 @@
+package api
+
+// The network modes (Network.Mode).
+const (
+	// NetworkNone: loopback only, the default.
+	NetworkNone = "none"
+	// NetworkAllowlist: only the destinations in Allow, through the
+	// sandbox's egress proxy, which HTTP_PROXY, HTTPS_PROXY, ALL_PROXY
+	// and NO_PROXY (both cases) name in every process started afterwards.
+	NetworkAllowlist = "allowlist"
+)
+
+// NetworkStats are the counters of a sandbox's egress proxy since it
+// started (at create, at the switch to allowlist, or when a restarted
+// server adopted the sandbox).
+type NetworkStats struct {
+	// Conns counts the connections made to the proxy.
+	Conns int64 `json:"conns"`
+	// Active is the connections open now.
+	Active int64 `json:"active"`
+	// Allowed and Refused count the decisions.
+	Allowed int64 `json:"allowed"`
+	Refused int64 `json:"refused"`
+	// BytesUp went from the sandbox to destinations, BytesDown back.
+	BytesUp   int64 `json:"bytes_up"`
+	BytesDown int64 `json:"bytes_down"`
+}
+
+// NetworkView is the body of GET and PATCH /v1/sandboxes/{id}/network:
+// the sandbox's network policy, and its proxy's counters while it has one.
+type NetworkView struct {
+	// Mode is NetworkNone or NetworkAllowlist.
+	Mode string `json:"mode"`
+	// Allow is the allowlist, in canonical form.
+	Allow []string `json:"allow"`
+	// Stats are the proxy's counters; absent in mode none.
+	Stats *NetworkStats `json:"stats,omitempty"`
+}

@@ -1,0 +1,142 @@
+package api
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"strings"
+
+	wire "github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// ActionSandboxNetwork is the audit action of PATCH
+// /v1/sandboxes/{id}/network.
+const ActionSandboxNetwork = "sandbox.network"
+
+// actionEgressConnect is the audit action the daemon writes for each
+// egress decision of a sandbox's proxy (daemon.ActionEgressConnect).
+const actionEgressConnect = "egress.connect"
+
+// networkFrom is the manager's form of a request's network policy.
+func networkFrom(n *wire.Network) sandbox.Network {
+	if n == nil {
+		return sandbox.Network{}
+	}
+	return sandbox.Network{Mode: n.Mode, Allow: n.Allow}
+}
+
+// networkDetails are the audit details of a network policy: its mode,
+// its size and a digest of its entries (the list itself may be long).
+func networkDetails(n sandbox.Network) map[string]any {
+	mode := n.Mode
+	if mode == "" {
+		mode = sandbox.NetworkNone
+	}
+	d := map[string]any{"mode": mode}
+	if len(n.Allow) > 0 {
+		sum := sha256.Sum256([]byte(strings.Join(n.Allow, "\n")))
+		d["allow_entries"] = len(n.Allow)
+		d["allow_sha256"] = hex.EncodeToString(sum[:])
+	}
+	return d
+}
+
+// toNetworkView is the wire form of sb's network, with its proxy's
+// counters when it has one.
+func (h *Handler) toNetworkView(sb sandbox.Sandbox) (wire.NetworkView, error) {
+	out := wire.NetworkView{Mode: sb.Network.Mode, Allow: sb.Network.Allow}
+	if out.Mode == "" {
+		out.Mode = wire.NetworkNone
+	}
+	if out.Allow == nil {
+		out.Allow = []string{}
+	}
+	st, ok, err := h.mgr.NetworkStats(sb.ID)
+	if err != nil {
+		return out, err
+	}
+	if ok {
+		out.Stats = &wire.NetworkStats{Conns: st.Conns, Active: st.Active, Allowed: st.Allowed,
+			Refused: st.Refused, BytesUp: st.BytesUp, BytesDown: st.BytesDown}
+	}
+	return out, nil
+}
+
+// getNetwork serves GET /v1/sandboxes/{id}/network.
+func (h *Handler) getNetwork(c *call) error {
+	sb, err := c.ownedSandbox()
+	if err != nil {
+		return err
+	}
+	v, err := h.toNetworkView(sb)
+	if err != nil {
+		return err
+	}
+	return c.json(http.StatusOK, v)
+}
+
+// setNetwork serves PATCH /v1/sandboxes/{id}/network.
+func (h *Handler) setNetwork(c *call) error {
+	sb, err := c.ownedSandbox()
+	if err != nil {
+		return err
+	}
+	var req wire.Network
+	if err := c.decodeJSON(&req, false); err != nil {
+		return err
+	}
+	if req.Mode == "" {
+		return invalidf("mode is required: %q or %q", sandbox.NetworkNone, sandbox.NetworkAllowlist)
+	}
+	n := networkFrom(&req)
+	c.ev.Details = networkDetails(n)
+	if err := sandbox.ValidateNetwork(n); err != nil {
+		return err
+	}
+	if err := c.begin(); err != nil {
+		return err
+	}
+	sb, err = h.mgr.SetNetwork(c.r.Context(), sb.ID, n)
+	if err != nil {
+		return err
+	}
+	if err := c.commit(); err != nil {
+		return err
+	}
+	v, err := h.toNetworkView(sb)
+	if err != nil {
+		return err
+	}
+	return c.json(http.StatusOK, v)
+}
+
+// networkLog serves GET /v1/sandboxes/{id}/network/log: the sandbox's
+// egress.connect audit records (GET /v1/audit with action and target
+// set), paged by after and limit.
+func (h *Handler) networkLog(c *call) error {
+	sb, err := c.ownedSandbox()
+	if err != nil {
+		return err
+	}
+	if h.auditLog == nil {
+		return auditNotServed()
+	}
+	if _, err := parseQuery(c.r.URL.RawQuery, "after", "limit"); err != nil {
+		return err
+	}
+	q, phase, err := parseAuditQuery(c.r.URL.RawQuery, c.p.TenantID)
+	if err != nil {
+		return err
+	}
+	q.Action, q.Target = actionEgressConnect, sb.ID
+	page, err := h.auditLog.Select(c.r.Context(), q, phase)
+	if err != nil {
+		return err
+	}
+	out := wire.AuditList{Records: make([]wire.AuditRecord, 0, len(page.Records)), NextAfter: page.NextAfter}
+	for _, r := range page.Records {
+		out.Records = append(out.Records, toAuditRecordJSON(r))
+	}
+	return c.json(http.StatusOK, out)
+}

@@ -1,0 +1,327 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/runtime"
+)
+
+// The network modes of a sandbox.
+const (
+	// NetworkNone: loopback only (the default).
+	NetworkNone = "none"
+	// NetworkAllowlist: the listed destinations only, through the
+	// sandbox's own egress proxy (see Network).
+	NetworkAllowlist = "allowlist"
+	// NetworkOpen is reserved: a routed network, not built yet.
+	NetworkOpen = "open"
+)
+
+// Network is a sandbox's network policy. Its network namespace never has
+// more than loopback: in NetworkAllowlist mode the manager runs an
+// egress.Proxy for the sandbox on the host, on the socket its runtime
+// gives it (runtime.Egress), which the sandbox's agent bridges to
+// runtime.EgressBridgeAddr inside; every process started through the
+// manager gets the proxy variables (ProxyEnv). Allow is the allowlist
+// (egress.ParsePolicy's entries; in its canonical form once resolved).
+type Network struct {
+	Mode  string   `json:"mode"`
+	Allow []string `json:"allow,omitempty"`
+}
+
+// resolve validates n and returns it in canonical form, with its policy
+// (nil in mode none).
+func (n Network) resolve() (Network, *egress.Policy, error) {
+	switch n.Mode {
+	case "", NetworkNone:
+		if len(n.Allow) > 0 {
+			return Network{}, nil, fmt.Errorf("network.allow needs network mode %q: %w", NetworkAllowlist, errdefs.ErrInvalidArgument)
+		}
+		return Network{Mode: NetworkNone}, nil, nil
+	case NetworkAllowlist:
+		pol, err := egress.ParsePolicy(n.Allow)
+		if err != nil {
+			return Network{}, nil, fmt.Errorf("network.allow: %w", err)
+		}
+		return Network{Mode: NetworkAllowlist, Allow: pol.Entries()}, pol, nil
+	case NetworkOpen:
+		return Network{}, nil, fmt.Errorf("network mode %q is not supported yet: %w", NetworkOpen, errdefs.ErrNotSupported)
+	}
+	mode := n.Mode
+	if len(mode) > 64 {
+		mode = mode[:64]
+	}
+	return Network{}, nil, fmt.Errorf("network mode %q is unknown; want %q or %q: %w", mode, NetworkNone, NetworkAllowlist, errdefs.ErrInvalidArgument)
+}
+
+// ValidateNetwork reports whether n is a network policy the manager
+// accepts, with the error Create and SetNetwork would return.
+func ValidateNetwork(n Network) error {
+	_, _, err := n.resolve()
+	return err
+}
+
+// EgressConfig configures the sandboxes' egress proxies.
+type EgressConfig struct {
+	// Limits bound each sandbox's proxy (egress.Limits; zero fields take
+	// its defaults).
+	Limits egress.Limits
+	// Events, if set, receives every decision of every proxy, with the
+	// sandbox it was made for. It is called from the proxy's connection
+	// goroutines and must not block (the daemon queues them for the
+	// audit log).
+	Events func(EgressEvent)
+	// Resolver resolves names for the proxies; tests set it. Default
+	// the host's resolver.
+	Resolver egress.Resolver
+}
+
+// EgressEvent is an egress.Event of one sandbox.
+type EgressEvent struct {
+	Sandbox string
+	Owner   string
+	egress.Event
+}
+
+// ProxyEnv is the environment that points a sandbox's processes at its
+// egress bridge, in both the upper- and lower-case spellings tools read.
+// ALL_PROXY is SOCKS5 with names resolved by the proxy (socks5h), so
+// nothing needs DNS inside the sandbox.
+func ProxyEnv() map[string]string {
+	httpProxy := "http://" + runtime.EgressBridgeAddr
+	env := map[string]string{}
+	for k, v := range map[string]string{
+		"HTTP_PROXY":  httpProxy,
+		"HTTPS_PROXY": httpProxy,
+		"ALL_PROXY":   "socks5h://" + runtime.EgressBridgeAddr,
+		"NO_PROXY":    "localhost,127.0.0.1,::1",
+	} {
+		env[k] = v
+		env[lower(k)] = v
+	}
+	return env
+}
+
+func lower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// netState is a sandbox's egress proxy, if it has one. mu serialises
+// starting, changing and stopping it.
+type netState struct {
+	mu     sync.Mutex
+	run    *egressRun
+	closed bool // the sandbox is ending: no proxy starts any more
+}
+
+// egressRun is one running proxy.
+type egressRun struct {
+	proxy  *egress.Proxy
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// stop ends the proxy (its listener, which removes the socket, and every
+// connection) and waits for it, at most 10 s.
+func (r *egressRun) stop() {
+	r.cancel()
+	select {
+	case <-r.done:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// startEgressLocked starts rec's proxy with pol. Call with rec.net.mu held
+// and no proxy running.
+func (m *Manager) startEgressLocked(rec *record, pol *egress.Policy) error {
+	id, owner := rec.sb.ID, rec.sb.Owner
+	if rec.net.closed {
+		return fmt.Errorf("sandbox %s is ending: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	eg, ok := rec.inst.(runtime.Egress)
+	if !ok {
+		return fmt.Errorf("sandbox %s: this runtime gives sandboxes no egress: %w", id, errdefs.ErrNotSupported)
+	}
+	var onEvent func(egress.Event)
+	if f := m.cfg.Egress.Events; f != nil {
+		onEvent = func(ev egress.Event) { f(EgressEvent{Sandbox: id, Owner: owner, Event: ev}) }
+	}
+	px, err := egress.New(egress.Config{
+		Policy:   pol,
+		Limits:   m.cfg.Egress.Limits,
+		Resolver: m.cfg.Egress.Resolver,
+		OnEvent:  onEvent,
+		Logger:   m.log.With("sandbox", id, "component", "egress"),
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := eg.ListenEgress()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	run := &egressRun{proxy: px, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(run.done)
+		if err := px.Serve(ctx, ln); err != nil {
+			m.log.Error("egress proxy stopped", "sandbox", id, "err", err)
+		}
+	}()
+	rec.net.run = run
+	return nil
+}
+
+// startEgress starts the proxy of a sandbox being created or adopted in
+// allowlist mode.
+func (m *Manager) startEgress(rec *record, pol *egress.Policy) error {
+	rec.net.mu.Lock()
+	defer rec.net.mu.Unlock()
+	if rec.net.run != nil {
+		return rec.net.run.proxy.SetPolicy(pol)
+	}
+	return m.startEgressLocked(rec, pol)
+}
+
+// stopEgress stops rec's proxy for good: the sandbox is ending, or the
+// manager closing (the next daemon starts it again on adoption).
+func (m *Manager) stopEgress(rec *record) {
+	rec.net.mu.Lock()
+	defer rec.net.mu.Unlock()
+	rec.net.closed = true
+	if rec.net.run != nil {
+		rec.net.run.stop()
+		rec.net.run = nil
+	}
+}
+
+// createEgress starts the proxy of a sandbox Create made in allowlist
+// mode; when it cannot, the sandbox is destroyed and the error returned.
+func (m *Manager) createEgress(ctx context.Context, sb Sandbox, err error, pol *egress.Policy) (Sandbox, error) {
+	if err != nil || pol == nil || sb.Ended() {
+		return sb, err
+	}
+	m.mu.Lock()
+	rec := m.records[sb.ID]
+	m.mu.Unlock()
+	if rec == nil {
+		return Sandbox{}, notFound(sb.ID)
+	}
+	if err := m.startEgress(rec, pol); err != nil {
+		m.log.Error("starting the egress proxy of a new sandbox", "sandbox", sb.ID, "err", err)
+		if derr := m.destroyRecord(ctx, rec, "its egress proxy did not start", false); derr != nil {
+			m.log.Warn("destroying a sandbox whose egress proxy did not start", "sandbox", sb.ID, "err", derr)
+		}
+		return Sandbox{}, publicErr("start the sandbox's egress proxy", err)
+	}
+	return sb, nil
+}
+
+// adoptEgress restarts the proxy of an adopted sandbox from its record.
+func (m *Manager) adoptEgress(rec *record, n *Network) {
+	if n == nil || n.Mode != NetworkAllowlist {
+		return
+	}
+	_, pol, err := n.resolve()
+	if err == nil {
+		err = m.startEgress(rec, pol)
+	}
+	if err != nil {
+		// The sandbox keeps running with no way out; a PATCH of its
+		// network tries again.
+		m.log.Error("restarting the egress proxy of an adopted sandbox", "sandbox", rec.sb.ID, "err", err)
+	}
+}
+
+// SetNetwork changes the network policy of a running sandbox: from none
+// to allowlist its proxy starts, from allowlist to none it stops (open
+// connections are cut), and a changed allowlist applies at once to every
+// destination asked for afterwards (connections already open stay). The
+// proxy variables reach the processes started afterwards; processes
+// already running keep the environment they started with. The policy is
+// persisted for a restarted daemon.
+func (m *Manager) SetNetwork(ctx context.Context, id string, n Network) (Sandbox, error) {
+	n, pol, err := n.resolve()
+	if err != nil {
+		return Sandbox{}, err
+	}
+	rec, done, err := m.acquire(id)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	defer done()
+	if err := ctx.Err(); err != nil {
+		return Sandbox{}, ctxErr(ctx, "set network")
+	}
+	rec.net.mu.Lock()
+	defer rec.net.mu.Unlock()
+	switch {
+	case pol == nil && rec.net.run != nil:
+		rec.net.run.stop()
+		rec.net.run = nil
+	case pol != nil && rec.net.run != nil:
+		if err := rec.net.run.proxy.SetPolicy(pol); err != nil {
+			return Sandbox{}, err
+		}
+	case pol != nil:
+		if err := m.startEgressLocked(rec, pol); err != nil {
+			return Sandbox{}, publicErr("start the sandbox's egress proxy", err)
+		}
+	}
+	rec.saveMu.Lock()
+	defer rec.saveMu.Unlock()
+	m.mu.Lock()
+	rec.sb.Network = n
+	p := rec.persisted()
+	sb := rec.snapshot()
+	m.mu.Unlock()
+	if err := m.state.save(id, p); err != nil {
+		return Sandbox{}, err
+	}
+	m.log.Info("sandbox network set", "sandbox", id, "mode", n.Mode, "entries", len(n.Allow))
+	return sb, nil
+}
+
+// NetworkStats returns the counters of the sandbox's egress proxy; ok is
+// false when it has none (mode none).
+func (m *Manager) NetworkStats(id string) (stats egress.Stats, ok bool, err error) {
+	m.mu.Lock()
+	rec, found := m.records[id]
+	m.mu.Unlock()
+	if !found {
+		return egress.Stats{}, false, notFound(id)
+	}
+	rec.net.mu.Lock()
+	defer rec.net.mu.Unlock()
+	if rec.net.run == nil {
+		return egress.Stats{}, false, nil
+	}
+	return rec.net.run.proxy.Stats(), true, nil
+}
+
+// networkEnv is the environment rec's network mode adds under the
+// sandbox's own Env: the proxy variables in allowlist mode.
+func networkEnv(n Network) map[string]string {
+	if n.Mode == NetworkAllowlist {
+		return ProxyEnv()
+	}
+	return nil
+}
+
+// cloneNetwork copies n's list.
+func cloneNetwork(n Network) Network {
+	n.Allow = slices.Clone(n.Allow)
+	return n
+}
