@@ -33,6 +33,9 @@ type NetworkView struct {
 	Mode string `json:"mode"`
 	// Allow is the allowlist, in canonical form.
 	Allow []string `json:"allow"`
+	// Credentials are the credentials added at the edge (names of
+	// secrets, never values), in canonical form.
+	Credentials []NetworkCredential `json:"credentials,omitempty"`
 	// Stats are the proxy's counters; absent in mode none.
 	Stats *NetworkStats `json:"stats,omitempty"`
 }

@@ -22,6 +22,7 @@ var wireTypes = []wireType{
 	object[Error]("Error", true),
 	object[Limits]("Limits", true),
 	object[Network]("Network", false),
+	object[NetworkCredential]("NetworkCredential", false),
 	object[NetworkStats]("NetworkStats", true),
 	object[NetworkView]("NetworkView", true),
 	object[CreateSandboxRequest]("CreateSandboxRequest", false),

@@ -58,6 +58,26 @@ type Network struct {
 	// link-local and metadata addresses only when listed as addresses.
 	// It must be empty with mode none.
 	Allow []string `json:"allow,omitempty"`
+	// Credentials are headers the egress proxy adds, with a stored
+	// secret of the caller's tenant, to the requests to one allowed
+	// host, so that code in the sandbox uses an API without holding its
+	// key. Mode allowlist only.
+	Credentials []NetworkCredential `json:"credentials,omitempty"`
+}
+
+// NetworkCredential is one credential added at the egress edge: the
+// header Header, set to Format with "{secret}" replaced by the value of
+// the secret Secret, on every HTTP/1.1 request to Host (on Port, or any
+// allowed port when 0), replacing a header of that name the sandbox sent.
+// Over HTTPS the proxy terminates the sandbox's TLS with the daemon's
+// egress CA, which the sandbox trusts, and verifies the real host's
+// certificate.
+type NetworkCredential struct {
+	Host   string `json:"host"`
+	Port   uint16 `json:"port,omitempty"`
+	Header string `json:"header"`
+	Secret string `json:"secret"`
+	Format string `json:"format,omitempty"`
 }
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Zero values

@@ -23,6 +23,10 @@ type NetworkView = api.NetworkView
 // NetworkStats are the counters of a sandbox's egress proxy.
 type NetworkStats = api.NetworkStats
 
+// NetworkCredential is a header the sandbox's egress proxy adds, with a
+// stored secret's value, to the requests to one allowed host.
+type NetworkCredential = api.NetworkCredential
+
 // Network returns the sandbox's network policy and counters.
 func (c *Client) Network(ctx context.Context, id string) (*NetworkView, error) {
 	if err := checkID(id); err != nil {

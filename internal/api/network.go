@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	wire "github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -23,7 +24,21 @@ func networkFrom(n *wire.Network) sandbox.Network {
 	if n == nil {
 		return sandbox.Network{}
 	}
-	return sandbox.Network{Mode: n.Mode, Allow: n.Allow}
+	out := sandbox.Network{Mode: n.Mode, Allow: n.Allow}
+	for _, c := range n.Credentials {
+		out.Credentials = append(out.Credentials, egress.Credential(c))
+	}
+	return out
+}
+
+// credentialsView is the wire form of a network's credentials: names of
+// secrets, never values.
+func credentialsView(cs []egress.Credential) []wire.NetworkCredential {
+	var out []wire.NetworkCredential
+	for _, c := range cs {
+		out = append(out, wire.NetworkCredential(c))
+	}
+	return out
 }
 
 // networkDetails are the audit details of a network policy: its mode,
@@ -39,13 +54,20 @@ func networkDetails(n sandbox.Network) map[string]any {
 		d["allow_entries"] = len(n.Allow)
 		d["allow_sha256"] = hex.EncodeToString(sum[:])
 	}
+	if len(n.Credentials) > 0 {
+		names := make([]string, len(n.Credentials))
+		for i, c := range n.Credentials {
+			names[i] = c.Host + " " + c.Header + ": " + c.Secret
+		}
+		d["credentials"] = names
+	}
 	return d
 }
 
 // toNetworkView is the wire form of sb's network, with its proxy's
 // counters when it has one.
 func (h *Handler) toNetworkView(sb sandbox.Sandbox) (wire.NetworkView, error) {
-	out := wire.NetworkView{Mode: sb.Network.Mode, Allow: sb.Network.Allow}
+	out := wire.NetworkView{Mode: sb.Network.Mode, Allow: sb.Network.Allow, Credentials: credentialsView(sb.Network.Credentials)}
 	if out.Mode == "" {
 		out.Mode = wire.NetworkNone
 	}

@@ -374,6 +374,9 @@ func (h *Handler) proxyPort(c *call) error {
 		Transport:     portTransport,
 		FlushInterval: -1,
 		ModifyResponse: func(res *http.Response) error {
+			if !viaHost {
+				confineToPath(res.Header, prefix)
+			}
 			if setCookie != "" {
 				res.Header.Add("Set-Cookie", setCookie)
 			}
@@ -442,4 +445,42 @@ func portHostRequest(r *http.Request, id string, port int) *http.Request {
 	r.URL = &u
 	r.RequestURI = u.RequestURI()
 	return r
+}
+
+// pathRouteSandbox is the Content-Security-Policy of every answer of the
+// path route: its pages run in an opaque origin, not the daemon's, which
+// every sandbox's path route shares. Scripts run, forms post, popups
+// open; but a page cannot read another sandbox's port path (or the API)
+// as same-origin, nor read or write cookies. Apps that need their own
+// origin are served through Config.PortDomain.
+const pathRouteSandbox = "sandbox allow-scripts allow-forms allow-popups allow-popups-to-escape-sandbox allow-modals allow-downloads"
+
+// confineToPath keeps an answer of the path route to the port's path
+// prefix: the opaque-origin sandbox policy is added (on top of any the
+// app sends: browsers enforce every policy), and each cookie the app sets
+// is rewritten onto the prefix (its Path under it, no Domain), so that
+// one sandbox's app cannot set or shadow cookies of another's path or of
+// the daemon's own.
+func confineToPath(h http.Header, prefix string) {
+	h.Add("Content-Security-Policy", pathRouteSandbox)
+	lines := h.Values("Set-Cookie")
+	if len(lines) == 0 {
+		return
+	}
+	h.Del("Set-Cookie")
+	for _, line := range lines {
+		ck, err := http.ParseSetCookie(line)
+		if err != nil || ck.Name == portTokenCookie {
+			continue // dropped: unparseable, or posing as Airlock's
+		}
+		p := ck.Path
+		if !strings.HasPrefix(p, "/") {
+			p = "/"
+		}
+		ck.Path = prefix + p
+		ck.Domain = ""
+		if v := ck.String(); v != "" {
+			h.Add("Set-Cookie", v)
+		}
+	}
 }

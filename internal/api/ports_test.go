@@ -195,3 +195,32 @@ func BenchmarkPortProxy(b *testing.B) {
 		run(b, e.srv.Client(), e.srv.URL+"/v1/sandboxes/"+sb.ID+"/ports/"+strconv.Itoa(port)+"/x", keyA)
 	})
 }
+
+// TestConfineToPath: an answer of the path route gets the opaque-origin
+// policy, and the app's cookies are kept to the port's path.
+func TestConfineToPath(t *testing.T) {
+	const prefix = "/v1/sandboxes/sb-aaaaaaaaaaaaaaaa/ports/8080"
+	h := http.Header{}
+	h.Add("Content-Security-Policy", "default-src 'self'")
+	h.Add("Set-Cookie", "session=abc; Path=/; Domain=example.com; HttpOnly")
+	h.Add("Set-Cookie", "pref=1; Path=/app")
+	h.Add("Set-Cookie", "nopath=2")
+	h.Add("Set-Cookie", portTokenCookie+"=forged; Path=/v1/sandboxes/sb-bbbbbbbbbbbbbbbb/ports/8080/")
+	h.Add("Set-Cookie", "=;;")
+	confineToPath(h, prefix)
+	if csp := h.Values("Content-Security-Policy"); len(csp) != 2 || csp[0] != "default-src 'self'" || csp[1] != pathRouteSandbox {
+		t.Errorf("Content-Security-Policy = %q, want the app's and %q", csp, pathRouteSandbox)
+	}
+	got := h.Values("Set-Cookie")
+	want := []string{
+		"session=abc; Path=" + prefix + "/; HttpOnly",
+		"pref=1; Path=" + prefix + "/app",
+		"nopath=2; Path=" + prefix + "/",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Set-Cookie =\n%q\nwant\n%q", got, want)
+	}
+	if strings.Contains(pathRouteSandbox, "allow-same-origin") {
+		t.Error("the path route's pages must not keep the daemon's origin")
+	}
+}

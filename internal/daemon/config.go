@@ -74,6 +74,11 @@ type Config struct {
 	// sandbox (see api.Config.PortDomain). Pointing *.PortDomain at the
 	// daemon, and TLS in front of it, is the operator's.
 	PortDomain string `json:"port_domain"`
+	// EgressRoots is a PEM file of CA certificates the egress proxies
+	// trust, besides the host's roots, when they verify a destination
+	// they add a credential for (an internal CA; the end-to-end tests'
+	// server). Empty: the host's roots only.
+	EgressRoots string `json:"egress_roots"`
 }
 
 // Defaults returns the built-in configuration.
@@ -237,6 +242,8 @@ var settings = []setting{
 		func(c *Config) any { return &c.EndedRetention }},
 	{"port-domain", "DOMAIN", "wildcard domain of sandbox ports: {port}-{id}.DOMAIN reaches that port (empty: none)",
 		func(c *Config) any { return &c.PortDomain }},
+	{"egress-roots", "FILE", "PEM file of CA certificates trusted, besides the host's, for destinations the egress proxy adds credentials to",
+		func(c *Config) any { return &c.EgressRoots }},
 }
 
 // envName is the environment variable of the setting called name:
@@ -414,6 +421,8 @@ func (c Config) Validate() error {
 		return bad("exec memory must be between %d and %d MiB", minExecMemoryMB, 1<<20)
 	case c.EndedRetention < Duration(time.Second) || c.EndedRetention > Duration(7*24*time.Hour):
 		return bad("ended retention must be between 1s and 168h")
+	case c.EgressRoots != "" && (!filepath.IsAbs(c.EgressRoots) || filepath.Clean(c.EgressRoots) != c.EgressRoots):
+		return bad("egress roots %q must be a clean absolute path", c.EgressRoots)
 	case c.PortDomain != "" && !validDomain(c.PortDomain):
 		return bad("port domain %q is not a DNS name (lowercase letters, digits and dashes in dot-separated labels)", c.PortDomain)
 	}

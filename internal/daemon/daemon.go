@@ -186,8 +186,12 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	// Close stops the proxies.
 	egressEvents := newEgressAudit(auditLog, log.With("component", "egress"))
 	defer egressEvents.Close()
+	egressCreds, err := egressCredentials(cfg.DataDir, cfg.EgressRoots, data.secrets, log.With("component", "egress"))
+	if err != nil {
+		return err
+	}
 	scfg := sandbox.Config{
-		Egress:          sandbox.EgressConfig{Events: egressEvents.Record},
+		Egress:          sandbox.EgressConfig{Events: egressEvents.Record, Credentials: egressCreds},
 		StateDir:        filepath.Join(cfg.DataDir, recordsDir),
 		DefaultTemplate: cfg.DefaultTemplate,
 		DefaultTimeout:  time.Duration(cfg.DefaultTimeout),

@@ -115,6 +115,7 @@ func egressRecord(ev sandbox.EgressEvent) audit.Event {
 	}
 	put("class", string(ev.Class))
 	put("rule", ev.Rule)
+	put("credential", ev.Credential) // secret names, never values
 	put("detail", ev.Detail)
 	put("end", string(ev.End))
 	return audit.Event{

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -135,7 +136,15 @@ func TestPorts(t *testing.T) {
 	}
 
 	t.Run("http", func(t *testing.T) {
-		pi := decode(t, get(t, d.C, "/a/b%2Fc?x=1&y=two"))
+		resp := get(t, d.C, "/a/b%2Fc?x=1&y=two")
+		// The path route's pages run in an opaque origin, not the
+		// daemon's that every sandbox's path route shares.
+		if csp := resp.Header.Values("Content-Security-Policy"); !slices.ContainsFunc(csp, func(v string) bool {
+			return strings.HasPrefix(v, "sandbox ") && !strings.Contains(v, "allow-same-origin")
+		}) {
+			t.Errorf("Content-Security-Policy = %q, want an opaque-origin sandbox", csp)
+		}
+		pi := decode(t, resp)
 		want := portInfo{Method: "GET", Path: "/a/b%2Fc?x=1&y=two", Host: "localhost:8000",
 			Prefix: "/v1/sandboxes/" + sb.ID + "/ports/8000", Xff: "127.0.0.1"}
 		if pi != want {

@@ -45,6 +45,19 @@
 // idle time, handshake time and header sizes, and optionally bandwidth;
 // Stats is a snapshot of the counters.
 //
+// # Credentials
+//
+// A Credential names a header, a stored secret and an exact host: the
+// proxy sets the header, with the secret's value (Interception.Reveal,
+// once per request), on every HTTP/1.1 request to that host, replacing
+// the sandbox's own. For HTTPS it terminates the sandbox's TLS with a
+// leaf certificate its CA mints for the tunnel's name (only http/1.1
+// offered by ALPN), dials its own TLS to the destination verified
+// against Interception.Roots, and relays requests one by one; plain
+// HTTP, forwarded or tunnelled, gets the header too. Destinations
+// without a credential are tunnelled untouched. Events name the secret
+// (Event.Credential), never its value.
+//
 // # Evidence
 //
 // Every decision becomes an Event passed to Config.OnEvent: the

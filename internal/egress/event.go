@@ -69,6 +69,9 @@ type Event struct {
 	Class AddrClass `json:"class,omitempty"`
 	// Rule is the policy entry that allowed the destination.
 	Rule string `json:"rule,omitempty"`
+	// Credential names the secrets whose values the proxy added to the
+	// requests (comma-separated), never a value.
+	Credential string `json:"credential,omitempty"`
 	// Detail is more about a refusal for the operator: the TLS server
 	// name or HTTP Host seen on a mismatch, a dial error. It may name
 	// host addresses; it is never shown to the sandbox.

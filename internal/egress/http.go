@@ -60,7 +60,7 @@ func (s *session) readRequest() (*http.Request, error) {
 // refuse answers a refused HTTP request and reports it.
 func (s *session) refuse(ev *Event, status int, hostPort string) {
 	s.c.SetWriteDeadline(time.Now().Add(s.p.limits.HandshakeTimeout))
-	s.c.Write(refusalResponse(status, ev.Reason, hostPort))
+	s.c.Write(decisionResponse(status, Decision{Reason: ev.Reason, Class: ev.Class}, hostPort))
 	s.p.report(ev)
 }
 
@@ -119,7 +119,7 @@ func (s *session) serveConnect(ctx context.Context, req *http.Request, start tim
 		s.p.report(ev)
 		return
 	}
-	s.tunnel(ctx, ev, up, r)
+	s.carry(ctx, ev, up, r)
 }
 
 // hopHeaders are the hop-by-hop headers (RFC 9110 7.6.1) a forwarding
@@ -215,6 +215,15 @@ func (s *session) forward(ctx context.Context, req *http.Request, start time.Tim
 		req.Header["User-Agent"] = []string{""}
 	}
 	req.Host = req.URL.Host
+	if creds := s.p.credentialsFor(r); len(creds) > 0 {
+		names, err := s.addCredentials(ctx, req.Header, creds)
+		if err != nil {
+			ev.Reason, ev.Detail = ReasonCredential, err.Error()
+			s.refuse(ev, http.StatusBadGateway, "")
+			return false
+		}
+		ev.Credential = names
+	}
 	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
 		req.Header.Del("Expect")
 		s.c.SetWriteDeadline(time.Now().Add(lim.HandshakeTimeout))

@@ -480,6 +480,12 @@ func (d Decision) Message() string {
 		return "malformed request"
 	case ReasonUnsupported:
 		return "request not supported by the egress proxy"
+	case ReasonUpstreamTLS:
+		return "destination's TLS certificate did not verify"
+	case ReasonCredential:
+		return "credential for this destination is unavailable"
+	case ReasonNotHTTP:
+		return "destination with a credential takes HTTP/1.1 only"
 	}
 	return string(d.Reason)
 }

@@ -126,6 +126,12 @@ type Config struct {
 	OnEvent func(Event)
 	// Logger logs what is not an event (accept errors). Default: none.
 	Logger *slog.Logger
+	// Intercept lets the proxy add credentials (see Credential); nil
+	// leaves every destination untouched.
+	Intercept *Interception
+	// Credentials are the headers added to the requests to their
+	// destinations; they need Intercept. Optional.
+	Credentials *Credentials
 }
 
 // Proxy is one sandbox's egress proxy: it serves HTTP CONNECT, plain
@@ -134,12 +140,15 @@ type Config struct {
 // sandbox, so every event it reports is that sandbox's. It is safe for
 // concurrent use; SetPolicy may be called while it serves.
 type Proxy struct {
-	policy   atomic.Pointer[Policy]
-	limits   Limits
-	resolver Resolver
-	dialer   Dialer
-	onEvent  func(Event)
-	log      *slog.Logger
+	policy atomic.Pointer[Policy]
+	creds  atomic.Pointer[Credentials]
+	// intercept is nil when the proxy adds no credentials.
+	intercept *Interception
+	limits    Limits
+	resolver  Resolver
+	dialer    Dialer
+	onEvent   func(Event)
+	log       *slog.Logger
 	// up limits sandbox-to-destination bytes, down the other way; nil
 	// without a bandwidth cap.
 	up, down *rate.Limiter
@@ -180,6 +189,15 @@ func New(cfg Config) (*Proxy, error) {
 		p.down = rate.NewLimiter(rate.Limit(bw), burstFor(bw))
 	}
 	p.policy.Store(cfg.Policy)
+	if cfg.Intercept != nil {
+		if err := cfg.Intercept.validate(); err != nil {
+			return nil, err
+		}
+		p.intercept = cfg.Intercept
+	}
+	if err := p.SetCredentials(cfg.Credentials); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 

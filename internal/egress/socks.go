@@ -132,7 +132,7 @@ func (s *session) serveSOCKS5(ctx context.Context) {
 		s.p.report(ev)
 		return
 	}
-	s.tunnel(ctx, ev, up, r)
+	s.carry(ctx, ev, up, r)
 }
 
 // errAtyp is an address type SOCKS5 does not define.

@@ -389,11 +389,17 @@ func (s *session) tunnel(ctx context.Context, ev *Event, up net.Conn, r resolved
 // message as text. hostPort, when given, names the destination in the
 // text.
 func refusalResponse(status int, reason Reason, hostPort string) []byte {
-	msg := Decision{Reason: reason}.Message()
+	return decisionResponse(status, Decision{Reason: reason}, hostPort)
+}
+
+// decisionResponse is refusalResponse for a policy decision, whose Class
+// names the class of a refused address in the message.
+func decisionResponse(status int, d Decision, hostPort string) []byte {
+	msg := d.Message()
 	if hostPort != "" {
 		msg = hostPort + ": " + msg
 	}
-	return proxyResponse(status, proxyStatusError(reason), string(reason), msg)
+	return proxyResponse(status, proxyStatusError(d.Reason), string(d.Reason), msg)
 }
 
 // proxyResponse is an HTTP answer of the proxy's own: status, a
@@ -422,8 +428,12 @@ func proxyStatusError(r Reason) string {
 		return "dns_error"
 	case ReasonDialFailed:
 		return "destination_unavailable"
-	case ReasonBadTarget, ReasonBadRequest, ReasonUnsupported:
+	case ReasonBadTarget, ReasonBadRequest, ReasonUnsupported, ReasonNotHTTP:
 		return "http_request_error"
+	case ReasonUpstreamTLS:
+		return "tls_certificate_error"
+	case ReasonCredential:
+		return "proxy_internal_error"
 	case ReasonConnLimit:
 		return "proxy_internal_error"
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -208,6 +209,9 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 	if err != nil {
 		return Sandbox{}, err
 	}
+	if err := m.checkCredentials(ctx, spec.Owner, rs.network); err != nil {
+		return Sandbox{}, err
+	}
 	m.mu.Lock()
 	if err := m.usableLocked(); err != nil {
 		m.mu.Unlock()
@@ -405,6 +409,7 @@ func (m *Manager) startInstance(ctx context.Context, src template.Source, id str
 		return nil, err
 	}
 	spec := runtime.Spec{ID: id, Rootfs: rootfs, Limits: limits, Labels: labels}
+	spec.Rootfs.Binds = slices.Concat(rootfs.Binds, m.trustBind())
 	if !p.Pool {
 		// A pool member gets its deadline when it is claimed.
 		spec.Deadline = m.agentDeadline(p.ExpiresAt)

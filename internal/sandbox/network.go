@@ -33,6 +33,10 @@ const (
 type Network struct {
 	Mode  string   `json:"mode"`
 	Allow []string `json:"allow,omitempty"`
+	// Credentials are headers the proxy adds, with a stored secret of
+	// the sandbox's tenant, to requests to one allowed host (see
+	// egress.Credential and EgressCredentials); allowlist mode only.
+	Credentials []egress.Credential `json:"credentials,omitempty"`
 }
 
 // resolve validates n and returns it in canonical form, with its policy
@@ -40,8 +44,8 @@ type Network struct {
 func (n Network) resolve() (Network, *egress.Policy, error) {
 	switch n.Mode {
 	case "", NetworkNone:
-		if len(n.Allow) > 0 {
-			return Network{}, nil, fmt.Errorf("network.allow needs network mode %q: %w", NetworkAllowlist, errdefs.ErrInvalidArgument)
+		if len(n.Allow) > 0 || len(n.Credentials) > 0 {
+			return Network{}, nil, fmt.Errorf("network.allow and network.credentials need network mode %q: %w", NetworkAllowlist, errdefs.ErrInvalidArgument)
 		}
 		return Network{Mode: NetworkNone}, nil, nil
 	case NetworkAllowlist:
@@ -49,7 +53,11 @@ func (n Network) resolve() (Network, *egress.Policy, error) {
 		if err != nil {
 			return Network{}, nil, fmt.Errorf("network.allow: %w", err)
 		}
-		return Network{Mode: NetworkAllowlist, Allow: pol.Entries()}, pol, nil
+		cs, err := parseCredentials(n.Credentials, pol)
+		if err != nil {
+			return Network{}, nil, err
+		}
+		return Network{Mode: NetworkAllowlist, Allow: pol.Entries(), Credentials: cs.List()}, pol, nil
 	case NetworkOpen:
 		return Network{}, nil, fmt.Errorf("network mode %q is not supported yet: %w", NetworkOpen, errdefs.ErrNotSupported)
 	}
@@ -80,6 +88,9 @@ type EgressConfig struct {
 	// Resolver resolves names for the proxies; tests set it. Default
 	// the host's resolver.
 	Resolver egress.Resolver
+	// Credentials, if set, lets networks name credentials (see
+	// EgressCredentials).
+	Credentials *EgressCredentials
 }
 
 // EgressEvent is an egress.Event of one sandbox.
@@ -92,10 +103,13 @@ type EgressEvent struct {
 // ProxyEnv is the environment that points a sandbox's processes at its
 // egress bridge, in both the upper- and lower-case spellings tools read.
 // ALL_PROXY is SOCKS5 with names resolved by the proxy (socks5h), so
-// nothing needs DNS inside the sandbox.
+// nothing needs DNS inside the sandbox. NODE_USE_ENV_PROXY=1 makes
+// Node's own fetch, http and https read the proxy variables (Node 22.21
+// and 24 on; older versions ignore it, and their fetch reaches nothing:
+// see docs/SECURITY.md).
 func ProxyEnv() map[string]string {
 	httpProxy := "http://" + runtime.EgressBridgeAddr
-	env := map[string]string{}
+	env := map[string]string{"NODE_USE_ENV_PROXY": "1"}
 	for k, v := range map[string]string{
 		"HTTP_PROXY":  httpProxy,
 		"HTTPS_PROXY": httpProxy,
@@ -145,7 +159,7 @@ func (r *egressRun) stop() {
 
 // startEgressLocked starts rec's proxy with pol. Call with rec.net.mu held
 // and no proxy running.
-func (m *Manager) startEgressLocked(rec *record, pol *egress.Policy) error {
+func (m *Manager) startEgressLocked(rec *record, pol *egress.Policy, creds *egress.Credentials) error {
 	id, owner := rec.sb.ID, rec.sb.Owner
 	if rec.net.closed {
 		return fmt.Errorf("sandbox %s is ending: %w", id, errdefs.ErrFailedPrecondition)
@@ -164,6 +178,10 @@ func (m *Manager) startEgressLocked(rec *record, pol *egress.Policy) error {
 		Resolver: m.cfg.Egress.Resolver,
 		OnEvent:  onEvent,
 		Logger:   m.log.With("sandbox", id, "component", "egress"),
+		// Every proxy can intercept when the daemon has a CA, so that a
+		// PATCH may add credentials to a running sandbox.
+		Intercept:   m.interception(owner),
+		Credentials: creds,
 	})
 	if err != nil {
 		return err
@@ -186,13 +204,16 @@ func (m *Manager) startEgressLocked(rec *record, pol *egress.Policy) error {
 
 // startEgress starts the proxy of a sandbox being created or adopted in
 // allowlist mode.
-func (m *Manager) startEgress(rec *record, pol *egress.Policy) error {
+func (m *Manager) startEgress(rec *record, pol *egress.Policy, creds *egress.Credentials) error {
 	rec.net.mu.Lock()
 	defer rec.net.mu.Unlock()
 	if rec.net.run != nil {
+		if err := rec.net.run.proxy.SetCredentials(creds); err != nil {
+			return err
+		}
 		return rec.net.run.proxy.SetPolicy(pol)
 	}
-	return m.startEgressLocked(rec, pol)
+	return m.startEgressLocked(rec, pol, creds)
 }
 
 // stopEgress stops rec's proxy for good: the sandbox is ending, or the
@@ -219,7 +240,7 @@ func (m *Manager) createEgress(ctx context.Context, sb Sandbox, err error, pol *
 	if rec == nil {
 		return Sandbox{}, notFound(sb.ID)
 	}
-	if err := m.startEgress(rec, pol); err != nil {
+	if err := m.startEgress(rec, pol, credsOf(sb.Network)); err != nil {
 		m.log.Error("starting the egress proxy of a new sandbox", "sandbox", sb.ID, "err", err)
 		if derr := m.destroyRecord(ctx, rec, "its egress proxy did not start", false); derr != nil {
 			m.log.Warn("destroying a sandbox whose egress proxy did not start", "sandbox", sb.ID, "err", derr)
@@ -236,7 +257,7 @@ func (m *Manager) adoptEgress(rec *record, n *Network) {
 	}
 	_, pol, err := n.resolve()
 	if err == nil {
-		err = m.startEgress(rec, pol)
+		err = m.startEgress(rec, pol, credsOf(*n))
 	}
 	if err != nil {
 		// The sandbox keeps running with no way out; a PATCH of its
@@ -262,6 +283,10 @@ func (m *Manager) SetNetwork(ctx context.Context, id string, n Network) (Sandbox
 		return Sandbox{}, err
 	}
 	defer done()
+	if err := m.checkCredentials(ctx, rec.sb.Owner, n); err != nil {
+		return Sandbox{}, err
+	}
+	creds := credsOf(n)
 	if err := ctx.Err(); err != nil {
 		return Sandbox{}, ctxErr(ctx, "set network")
 	}
@@ -272,11 +297,14 @@ func (m *Manager) SetNetwork(ctx context.Context, id string, n Network) (Sandbox
 		rec.net.run.stop()
 		rec.net.run = nil
 	case pol != nil && rec.net.run != nil:
+		if err := rec.net.run.proxy.SetCredentials(creds); err != nil {
+			return Sandbox{}, err
+		}
 		if err := rec.net.run.proxy.SetPolicy(pol); err != nil {
 			return Sandbox{}, err
 		}
 	case pol != nil:
-		if err := m.startEgressLocked(rec, pol); err != nil {
+		if err := m.startEgressLocked(rec, pol, creds); err != nil {
 			return Sandbox{}, publicErr("start the sandbox's egress proxy", err)
 		}
 	}
@@ -320,8 +348,9 @@ func networkEnv(n Network) map[string]string {
 	return nil
 }
 
-// cloneNetwork copies n's list.
+// cloneNetwork copies n's lists.
 func cloneNetwork(n Network) Network {
 	n.Allow = slices.Clone(n.Allow)
+	n.Credentials = slices.Clone(n.Credentials)
 	return n
 }

@@ -37,7 +37,7 @@ func mergeEnv(base, over map[string]string) map[string]string {
 func (m *Manager) withEnv(rec *record, req agentclient.ExecRequest) agentclient.ExecRequest {
 	m.mu.Lock()
 	base := rec.sb.Env
-	netEnv := networkEnv(rec.sb.Network)
+	netEnv := m.networkEnv(rec.sb.Network)
 	m.mu.Unlock()
 	req.Env = mergeEnv(mergeEnv(netEnv, base), req.Env)
 	return req
