@@ -15,12 +15,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"regexp"
 	"syscall"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/fsutil"
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
@@ -230,7 +230,7 @@ func LoadSigner(path string) (s *Signer, created bool, err error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("audit signing key: %v: %w", err, errdefs.ErrInternal)
 	}
-	if err := writeNew(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})); err != nil {
+	if err := fsutil.WriteNew(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), keyFileMode); err != nil {
 		if errors.Is(err, os.ErrExist) { // created meanwhile
 			s, err = readSigner(path)
 			return s, false, err
@@ -277,41 +277,6 @@ func readSigner(path string) (*Signer, error) {
 		return nil, fmt.Errorf("audit signing key %s: not an ed25519 key: %w", path, errdefs.ErrFailedPrecondition)
 	}
 	return NewSigner(key, nil), nil
-}
-
-// writeNew writes data to a new file at path, mode 0600, synced: through
-// a temporary file linked into place, so that a crash leaves either no
-// key or a whole one. It fails with os.ErrExist if path exists.
-func writeNew(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	err = f.Chmod(keyFileMode)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Link(tmp, path)
-	}
-	if err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // AppendCheckpoint appends c as one JSON line to the file at path,

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/fsutil"
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
@@ -166,34 +167,11 @@ func readAdminKey(path string) (string, error) {
 // which case it returns the key already there. The content is complete
 // and on disk before the name appears.
 func writeNewFile(path, token string) (string, error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, ".admin.key-*")
-	if err != nil {
-		return "", fmt.Errorf("bootstrap: write admin key: %v: %w", err, errdefs.ErrInternal)
-	}
-	defer os.Remove(tmp.Name())
-	_, werr := tmp.WriteString(token + "\n")
-	if werr == nil {
-		werr = tmp.Chmod(0o600)
-	}
-	if werr == nil {
-		werr = tmp.Sync()
-	}
-	if cerr := tmp.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		return "", fmt.Errorf("bootstrap: write admin key: %v: %w", werr, errdefs.ErrInternal)
-	}
-	if err := os.Link(tmp.Name(), path); err != nil {
+	if err := fsutil.WriteNew(path, []byte(token+"\n"), 0o600); err != nil {
 		if errors.Is(err, os.ErrExist) { // another process won the race
 			return readAdminKey(path)
 		}
 		return "", fmt.Errorf("bootstrap: write admin key: %v: %w", err, errdefs.ErrInternal)
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	return token, nil
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/fsutil"
 )
 
 // The CA's files in its directory (LoadCA).
@@ -196,33 +197,14 @@ func createCA(certPath, keyPath string) (*CA, error) {
 	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
 	clear(der)
 	defer clear(keyPEM)
-	if err := writeExclusive(keyPath, keyPEM, 0o600); err != nil {
-		return nil, err
+	if err := fsutil.WriteNew(keyPath, keyPEM, 0o600); err != nil {
+		return nil, fmt.Errorf("egress CA: %w", err)
 	}
-	if err := writeExclusive(certPath, ca.certPEM, 0o644); err != nil {
+	if err := fsutil.WriteNew(certPath, ca.certPEM, 0o644); err != nil {
 		_ = os.Remove(keyPath)
-		return nil, err
+		return nil, fmt.Errorf("egress CA: %w", err)
 	}
 	return ca, nil
-}
-
-func writeExclusive(path string, data []byte, perm os.FileMode) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
-	if err != nil {
-		return fmt.Errorf("egress CA: %w", err)
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		_ = os.Remove(path)
-		return fmt.Errorf("egress CA: %w", err)
-	}
-	return nil
 }
 
 // CertPEM returns the CA certificate, PEM: what a sandbox trusts.

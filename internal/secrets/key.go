@@ -12,10 +12,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/fsutil"
 )
 
 // KeyEnv is the environment variable that holds the key, base64 of
@@ -142,7 +142,7 @@ func LoadKey(path, env string) (k *Key, created bool, err error) {
 		return nil, false, err
 	}
 	defer clear(text)
-	if err := writeNew(path, text); err != nil {
+	if err := fsutil.WriteNew(path, text, keyFileMode); err != nil {
 		if errors.Is(err, os.ErrExist) { // created meanwhile
 			k, err = readKeyFile(path)
 			return k, false, err
@@ -197,40 +197,4 @@ func readKeyFile(path string) (*Key, error) {
 		return nil, fmt.Errorf("secrets key file %s: %v: %w", path, err, errdefs.ErrFailedPrecondition)
 	}
 	return k, nil
-}
-
-// writeNew creates path with data, mode 0600, atomically and without
-// replacing an existing file: a temporary file is written, synced and
-// hard-linked into place (os.ErrExist if path exists), then the directory
-// is synced.
-func writeNew(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	err = f.Chmod(keyFileMode)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Link(tmp, path)
-	}
-	if err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
