@@ -133,6 +133,12 @@ func (h *Handler) listAudit(c *call) error {
 	if err != nil {
 		return err
 	}
+	return h.writeAuditPage(c, q, phase)
+}
+
+// writeAuditPage answers with the page of audit records q and phase
+// select.
+func (h *Handler) writeAuditPage(c *call, q audit.Query, phase audit.Phase) error {
 	page, err := h.auditLog.Select(c.r.Context(), q, phase)
 	if err != nil {
 		return err

@@ -152,13 +152,5 @@ func (h *Handler) networkLog(c *call) error {
 		return err
 	}
 	q.Action, q.Target = actionEgressConnect, sb.ID
-	page, err := h.auditLog.Select(c.r.Context(), q, phase)
-	if err != nil {
-		return err
-	}
-	out := wire.AuditList{Records: make([]wire.AuditRecord, 0, len(page.Records)), NextAfter: page.NextAfter}
-	for _, r := range page.Records {
-		out.Records = append(out.Records, toAuditRecordJSON(r))
-	}
-	return c.json(http.StatusOK, out)
+	return h.writeAuditPage(c, q, phase)
 }
