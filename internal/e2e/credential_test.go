@@ -166,13 +166,13 @@ func TestEgressCanary(t *testing.T) {
 	}
 	env := run("env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'")
 	run("ps auxwwe")
-	for _, kv := range []string{"SSL_CERT_FILE=/etc/airlock/ca-bundle.pem", "NODE_EXTRA_CA_CERTS=/etc/airlock/ca.pem", "REQUESTS_CA_BUNDLE=/etc/airlock/ca-bundle.pem"} {
+	for _, kv := range []string{"SSL_CERT_FILE=/.airlock/trust/ca-bundle.pem", "NODE_EXTRA_CA_CERTS=/.airlock/trust/ca.pem", "REQUESTS_CA_BUNDLE=/.airlock/trust/ca-bundle.pem"} {
 		if !strings.Contains(string(env.Stdout), kv) {
 			t.Errorf("env lacks %s", kv)
 		}
 	}
-	if res := run("test -w /etc/airlock/ca.pem || echo ro; touch /etc/airlock/x 2>&1; grep -c 'BEGIN CERTIFICATE' /etc/airlock/ca.pem"); !strings.Contains(string(res.Stdout), "ro") || !strings.Contains(string(res.Stdout), "1") {
-		t.Errorf("/etc/airlock: %q %q; want a read-only CA file", res.Stdout, res.Stderr)
+	if res := run("test -w /.airlock/trust/ca.pem || echo ro; touch /.airlock/trust/x 2>&1; grep -c 'BEGIN CERTIFICATE' /.airlock/trust/ca.pem"); !strings.Contains(string(res.Stdout), "ro") || !strings.Contains(string(res.Stdout), "1") {
+		t.Errorf("/.airlock/trust: %q %q; want a read-only CA file", res.Stdout, res.Stderr)
 	}
 
 	// The evidence names the credential, never its value.

@@ -15,9 +15,13 @@ import (
 // Where a sandbox finds the egress CA: TrustDir (the daemon's host
 // directory EgressCredentials.TrustDir, mounted read-only) holding the CA
 // certificate alone and a bundle of the host's roots and the CA, which
-// the CA variables (CAEnv) point to.
+// the CA variables (CAEnv) point to. It sits beside the agent's own
+// /.airlock/bin: the runtime can always make a mount point there (the
+// root directory is the writable layer's), where a template's /etc may be
+// a layer the sandbox's root cannot write (one that could not be
+// id-mapped: a VM's bookworm kernel refused `mkdir /etc/airlock`).
 const (
-	TrustDir        = "/etc/airlock"
+	TrustDir        = "/.airlock/trust"
 	TrustCAFile     = "ca.pem"
 	TrustBundle     = "ca-bundle.pem"
 	trustCAPath     = TrustDir + "/" + TrustCAFile
