@@ -8,6 +8,12 @@ const (
 	// sandbox's egress proxy, which HTTP_PROXY, HTTPS_PROXY, ALL_PROXY
 	// and NO_PROXY (both cases) name in every process started afterwards.
 	NetworkAllowlist = "allowlist"
+	// NetworkOpen: a routed interface of the sandbox's own, masqueraded
+	// out of the server's uplink; the server, other sandboxes and the
+	// private, link-local and metadata ranges are blocked unless Allow
+	// lists them (IPv4 addresses and CIDRs). 501 when the server has no
+	// uplink configured.
+	NetworkOpen = "open"
 )
 
 // NetworkStats are the counters of a sandbox's egress proxy since it

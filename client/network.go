@@ -14,6 +14,7 @@ import (
 const (
 	NetworkNone      = api.NetworkNone
 	NetworkAllowlist = api.NetworkAllowlist
+	NetworkOpen      = api.NetworkOpen
 )
 
 // NetworkView is a sandbox's network policy and, in allowlist mode, its

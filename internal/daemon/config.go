@@ -79,6 +79,18 @@ type Config struct {
 	// they add a credential for (an internal CA; the end-to-end tests'
 	// server). Empty: the host's roots only.
 	EgressRoots string `json:"egress_roots"`
+	// OpenUplink is the interface through which sandboxes in the open
+	// network mode reach out, masqueraded (see internal/opennet). Empty:
+	// that mode is refused; the daemon never guesses it from the
+	// default route.
+	OpenUplink string `json:"open_uplink"`
+	// OpenPool is the IPv4 prefix their addresses come from, a /30 each
+	// (default 100.96.0.0/16).
+	OpenPool string `json:"open_pool"`
+	// OpenNetNS, if set, is the network namespace (a path such as
+	// /run/netns/airlock) holding the uplink, the sandboxes' host ends
+	// and the nftables table; the daemon's own if empty.
+	OpenNetNS string `json:"open_netns"`
 }
 
 // Defaults returns the built-in configuration.
@@ -244,6 +256,12 @@ var settings = []setting{
 		func(c *Config) any { return &c.PortDomain }},
 	{"egress-roots", "FILE", "PEM file of CA certificates trusted, besides the host's, for destinations the egress proxy adds credentials to",
 		func(c *Config) any { return &c.EgressRoots }},
+	{"open-uplink", "IFACE", "interface through which sandboxes in network mode open reach out, masqueraded (empty: mode open is refused)",
+		func(c *Config) any { return &c.OpenUplink }},
+	{"open-pool", "CIDR", "IPv4 prefix the addresses of open sandboxes come from, a /30 each (default 100.96.0.0/16)",
+		func(c *Config) any { return &c.OpenPool }},
+	{"open-netns", "PATH", "network namespace holding the open network's uplink, interfaces and nftables table (empty: the daemon's)",
+		func(c *Config) any { return &c.OpenNetNS }},
 }
 
 // envName is the environment variable of the setting called name:
@@ -423,6 +441,12 @@ func (c Config) Validate() error {
 		return bad("ended retention must be between 1s and 168h")
 	case c.EgressRoots != "" && (!filepath.IsAbs(c.EgressRoots) || filepath.Clean(c.EgressRoots) != c.EgressRoots):
 		return bad("egress roots %q must be a clean absolute path", c.EgressRoots)
+	case c.OpenUplink == "" && (c.OpenPool != "" || c.OpenNetNS != ""):
+		return bad("open pool and open netns need an open uplink")
+	case c.OpenPool != "" && !validPool(c.OpenPool):
+		return bad("open pool %q is not an IPv4 prefix of /8 to /30", c.OpenPool)
+	case c.OpenNetNS != "" && (!filepath.IsAbs(c.OpenNetNS) || filepath.Clean(c.OpenNetNS) != c.OpenNetNS):
+		return bad("open netns %q must be a clean absolute path", c.OpenNetNS)
 	case c.PortDomain != "" && !validDomain(c.PortDomain):
 		return bad("port domain %q is not a DNS name (lowercase letters, digits and dashes in dot-separated labels)", c.PortDomain)
 	}

@@ -190,6 +190,10 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	if err != nil {
 		return err
 	}
+	router, err := openRouter(cfg, log.With("component", "opennet"))
+	if err != nil {
+		return err
+	}
 	scfg := sandbox.Config{
 		Egress:          sandbox.EgressConfig{Events: egressEvents.Record, Credentials: egressCreds},
 		StateDir:        filepath.Join(cfg.DataDir, recordsDir),
@@ -207,6 +211,10 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	}
 	if cfg.PoolSize > 0 {
 		scfg.PoolSize = map[string]int{cfg.DefaultTemplate: cfg.PoolSize}
+	}
+	if router != nil {
+		defer router.Close() // its interfaces and table stay for the next daemon
+		scfg.OpenNetwork = router
 	}
 	mgr, err := sandbox.New(rt, templates, scfg, log.With("component", "sandbox"))
 	if err != nil {

@@ -212,6 +212,9 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 	if err := m.checkCredentials(ctx, spec.Owner, rs.network); err != nil {
 		return Sandbox{}, err
 	}
+	if err := m.checkOpen(rs.network); err != nil {
+		return Sandbox{}, err
+	}
 	m.mu.Lock()
 	if err := m.usableLocked(); err != nil {
 		m.mu.Unlock()
@@ -645,6 +648,7 @@ func (m *Manager) runDestroy(ctx context.Context, rec *record, reason string, ke
 	id := rec.sb.ID
 	rec.client.Close()
 	m.stopEgress(rec)
+	m.detachOpen(rec)
 	// The record says the sandbox is ending before the runtime starts on
 	// it: a destroy cut by a restart can leave it frozen, and the next
 	// daemon must then finish the destroy rather than thaw and adopt it.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/opennet"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 )
 
@@ -19,7 +20,11 @@ const (
 	// NetworkAllowlist: the listed destinations only, through the
 	// sandbox's own egress proxy (see Network).
 	NetworkAllowlist = "allowlist"
-	// NetworkOpen is reserved: a routed network, not built yet.
+	// NetworkOpen: a routed network of the sandbox's own (an interface
+	// and an address, masqueraded out of the daemon's uplink) that
+	// reaches everything but the host, other sandboxes and the blocked
+	// ranges (opennet.Blocked); Allow lists IPv4 addresses and CIDRs
+	// of those ranges it may reach (see OpenNetwork).
 	NetworkOpen = "open"
 )
 
@@ -59,13 +64,24 @@ func (n Network) resolve() (Network, *egress.Policy, error) {
 		}
 		return Network{Mode: NetworkAllowlist, Allow: pol.Entries(), Credentials: cs.List()}, pol, nil
 	case NetworkOpen:
-		return Network{}, nil, fmt.Errorf("network mode %q is not supported yet: %w", NetworkOpen, errdefs.ErrNotSupported)
+		if len(n.Credentials) > 0 {
+			return Network{}, nil, fmt.Errorf("network.credentials need network mode %q: %w", NetworkAllowlist, errdefs.ErrInvalidArgument)
+		}
+		allow, err := opennet.ParseAllow(n.Allow)
+		if err != nil {
+			return Network{}, nil, err
+		}
+		out := Network{Mode: NetworkOpen}
+		for _, p := range allow {
+			out.Allow = append(out.Allow, p.String())
+		}
+		return out, nil, nil
 	}
 	mode := n.Mode
 	if len(mode) > 64 {
 		mode = mode[:64]
 	}
-	return Network{}, nil, fmt.Errorf("network mode %q is unknown; want %q or %q: %w", mode, NetworkNone, NetworkAllowlist, errdefs.ErrInvalidArgument)
+	return Network{}, nil, fmt.Errorf("network mode %q is unknown; want %q, %q or %q: %w", mode, NetworkNone, NetworkAllowlist, NetworkOpen, errdefs.ErrInvalidArgument)
 }
 
 // ValidateNetwork reports whether n is a network policy the manager
@@ -229,9 +245,10 @@ func (m *Manager) stopEgress(rec *record) {
 }
 
 // createEgress starts the proxy of a sandbox Create made in allowlist
-// mode; when it cannot, the sandbox is destroyed and the error returned.
+// mode, or plugs one made in open mode into the open network; when it
+// cannot, the sandbox is destroyed and the error returned.
 func (m *Manager) createEgress(ctx context.Context, sb Sandbox, err error, pol *egress.Policy) (Sandbox, error) {
-	if err != nil || pol == nil || sb.Ended() {
+	if err != nil || sb.Ended() || (pol == nil && sb.Network.Mode != NetworkOpen) {
 		return sb, err
 	}
 	m.mu.Lock()
@@ -240,10 +257,17 @@ func (m *Manager) createEgress(ctx context.Context, sb Sandbox, err error, pol *
 	if rec == nil {
 		return Sandbox{}, notFound(sb.ID)
 	}
-	if err := m.startEgress(rec, pol, credsOf(sb.Network)); err != nil {
-		m.log.Error("starting the egress proxy of a new sandbox", "sandbox", sb.ID, "err", err)
+	start := func() error { return m.startEgress(rec, pol, credsOf(sb.Network)) }
+	if pol == nil {
+		start = func() error { return m.attachOpen(rec, sb.Network) }
+	}
+	if err := start(); err != nil {
+		m.log.Error("starting the network of a new sandbox", "sandbox", sb.ID, "mode", sb.Network.Mode, "err", err)
 		if derr := m.destroyRecord(ctx, rec, "its egress proxy did not start", false); derr != nil {
 			m.log.Warn("destroying a sandbox whose egress proxy did not start", "sandbox", sb.ID, "err", derr)
+		}
+		if pol == nil {
+			return Sandbox{}, publicErr("plug the sandbox into the open network", err)
 		}
 		return Sandbox{}, publicErr("start the sandbox's egress proxy", err)
 	}
@@ -252,6 +276,14 @@ func (m *Manager) createEgress(ctx context.Context, sb Sandbox, err error, pol *
 
 // adoptEgress restarts the proxy of an adopted sandbox from its record.
 func (m *Manager) adoptEgress(rec *record, n *Network) {
+	if n != nil && n.Mode == NetworkOpen {
+		// Its interface stays across the restart: the router relearns
+		// its lease (or, if it is gone, makes a new one).
+		if err := m.attachOpen(rec, *n); err != nil {
+			m.log.Error("attaching an adopted sandbox to the open network", "sandbox", rec.sb.ID, "err", err)
+		}
+		return
+	}
 	if n == nil || n.Mode != NetworkAllowlist {
 		return
 	}
@@ -290,8 +322,23 @@ func (m *Manager) SetNetwork(ctx context.Context, id string, n Network) (Sandbox
 	if err := ctx.Err(); err != nil {
 		return Sandbox{}, ctxErr(ctx, "set network")
 	}
+	if err := m.checkOpen(n); err != nil {
+		return Sandbox{}, err
+	}
 	rec.net.mu.Lock()
 	defer rec.net.mu.Unlock()
+	m.mu.Lock()
+	wasOpen := rec.sb.Network.Mode == NetworkOpen
+	m.mu.Unlock()
+	if n.Mode == NetworkOpen {
+		if err := m.attachOpen(rec, n); err != nil {
+			return Sandbox{}, publicErr("plug the sandbox into the open network", err)
+		}
+	} else if wasOpen {
+		if err := m.cfg.OpenNetwork.Detach(id); err != nil {
+			return Sandbox{}, publicErr("unplug the sandbox from the open network", err)
+		}
+	}
 	switch {
 	case pol == nil && rec.net.run != nil:
 		rec.net.run.stop()

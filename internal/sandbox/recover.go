@@ -135,6 +135,7 @@ func (m *Manager) Start(ctx context.Context) error {
 			work = append(work, w)
 		}
 	}
+	m.pruneOpen()
 	for _, id := range ids {
 		if !found[id] {
 			work = append(work, func(ctx context.Context) { m.forgetGone(ctx, id) })

@@ -280,6 +280,9 @@ type Config struct {
 	// Egress configures the egress proxies of sandboxes in allowlist
 	// mode (see network.go).
 	Egress EgressConfig
+	// OpenNetwork, if set, plugs sandboxes in NetworkOpen mode into a
+	// routed network (opennet.Router); without it that mode is refused.
+	OpenNetwork OpenNetwork
 }
 
 // withDefaults returns c with zero fields set to their defaults.
