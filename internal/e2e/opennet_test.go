@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,70 +13,19 @@ import (
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/opennet"
+	"github.com/airlock-sandbox/airlock/internal/testutil/testns"
 )
-
-// testNetNS creates a network namespace with lo up; its thread ends with
-// its goroutine and never serves anything else.
-func testNetNS(t *testing.T) *os.File {
-	t.Helper()
-	ch := make(chan any)
-	go func() {
-		runtime.LockOSThread() // never unlocked
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			ch <- err
-			return
-		}
-		f, err := os.Open("/proc/thread-self/ns/net")
-		if err == nil {
-			var lo netlink.Link
-			if lo, err = netlink.LinkByName("lo"); err == nil {
-				err = netlink.LinkSetUp(lo)
-			}
-		}
-		if err != nil {
-			ch <- err
-			return
-		}
-		ch <- f
-	}()
-	switch v := (<-ch).(type) {
-	case *os.File:
-		t.Cleanup(func() { v.Close() })
-		return v
-	case error:
-		t.Fatalf("netns: %v", v)
-	}
-	return nil
-}
 
 // listenIn listens on addr in ns and serves HTTP: the answer is the
 // address the request came from. It counts the requests.
 func listenIn(t *testing.T, ns *os.File, addr string) *atomic.Int64 {
 	t.Helper()
-	ch := make(chan any)
-	go func() {
-		runtime.LockOSThread() // never unlocked
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- err
-			return
-		}
-		ln, err := net.Listen("tcp4", addr)
-		if err != nil {
-			ch <- err
-			return
-		}
-		ch <- ln
-	}()
 	var ln net.Listener
-	switch v := (<-ch).(type) {
-	case net.Listener:
-		ln = v
-	case error:
-		t.Fatalf("listen %s: %v", addr, v)
+	if err := testns.In(ns, func() (err error) { ln, err = net.Listen("tcp4", addr); return err }); err != nil {
+		t.Fatalf("listen %s: %v", addr, err)
 	}
 	n := new(atomic.Int64)
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -99,7 +47,7 @@ func listenIn(t *testing.T, ns *os.File, addr string) *atomic.Int64 {
 // router's own services or the blocked range (the hosts see nothing);
 // destroying them leaves no veth and no rule.
 func TestOpenNetwork(t *testing.T) {
-	routerNS, uplinkNS := testNetNS(t), testNetNS(t)
+	routerNS, uplinkNS := testns.New(t), testns.New(t)
 	rh, err := netlink.NewHandleAt(netns.NsHandle(int(routerNS.Fd())))
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,57 +17,10 @@ import (
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/internal/testutil/testns"
 )
-
-// newNS creates a network namespace with lo up. Its thread never goes
-// back: it ends with its goroutine.
-func newNS(t *testing.T) *os.File {
-	t.Helper()
-	type res struct {
-		f   *os.File
-		err error
-	}
-	ch := make(chan res)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			ch <- res{err: err}
-			return
-		}
-		f, err := os.Open("/proc/thread-self/ns/net")
-		if err == nil {
-			var lo netlink.Link
-			if lo, err = netlink.LinkByName("lo"); err == nil {
-				err = netlink.LinkSetUp(lo)
-			}
-		}
-		ch <- res{f, err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		t.Fatalf("new netns: %v", r.err)
-	}
-	t.Cleanup(func() { r.f.Close() })
-	return r.f
-}
-
-// in runs f on a thread in ns; sockets f creates stay in ns.
-func in(t *testing.T, ns *os.File, f func() error) error {
-	t.Helper()
-	ch := make(chan error)
-	go func() {
-		runtime.LockOSThread() // never unlocked
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- err
-			return
-		}
-		ch <- f()
-	}()
-	return <-ch
-}
 
 func handle(t *testing.T, ns *os.File) *netlink.Handle {
 	t.Helper()
@@ -109,7 +61,7 @@ type server struct {
 func listen(t *testing.T, ns *os.File, addr string) *server {
 	t.Helper()
 	s := &server{}
-	if err := in(t, ns, func() (err error) { s.ln, err = net.Listen("tcp4", addr); return err }); err != nil {
+	if err := testns.In(ns, func() (err error) { s.ln, err = net.Listen("tcp4", addr); return err }); err != nil {
 		t.Fatalf("listen %s: %v", addr, err)
 	}
 	t.Cleanup(func() { s.ln.Close() })
@@ -132,7 +84,7 @@ func listen(t *testing.T, ns *os.File, addr string) *server {
 func dial(t *testing.T, ns *os.File, local, addr string) (string, error) {
 	t.Helper()
 	var c net.Conn
-	err := in(t, ns, func() error {
+	err := testns.In(ns, func() error {
 		d := net.Dialer{Timeout: 400 * time.Millisecond}
 		if local != "" {
 			d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(local)}
@@ -157,7 +109,7 @@ func dial(t *testing.T, ns *os.File, local, addr string) (string, error) {
 func listenUDP(t *testing.T, ns *os.File, addr string) *atomic.Int64 {
 	t.Helper()
 	var pc net.PacketConn
-	if err := in(t, ns, func() (err error) { pc, err = net.ListenPacket("udp4", addr); return err }); err != nil {
+	if err := testns.In(ns, func() (err error) { pc, err = net.ListenPacket("udp4", addr); return err }); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pc.Close() })
@@ -177,7 +129,7 @@ func listenUDP(t *testing.T, ns *os.File, addr string) *atomic.Int64 {
 // sendUDP sends one datagram from local, in ns, to addr.
 func sendUDP(t *testing.T, ns *os.File, local, addr string) {
 	t.Helper()
-	err := in(t, ns, func() error {
+	err := testns.In(ns, func() error {
 		c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP(local)}, net.UDPAddrFromAddrPort(netip.MustParseAddrPort(addr)))
 		if err != nil {
 			return err
@@ -201,7 +153,7 @@ type topology struct {
 
 func newTopology(t *testing.T) topology {
 	testutil.RequireRoot(t, "creates network namespaces, veths and nftables tables")
-	tp := topology{router: newNS(t), uplink: newNS(t)}
+	tp := topology{router: testns.New(t), uplink: testns.New(t)}
 	rh, uh := handle(t, tp.router), handle(t, tp.uplink)
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "up0"}, PeerName: "up1",
 		PeerNamespace: netlink.NsFd(int(tp.uplink.Fd()))}
@@ -239,7 +191,7 @@ const blocked = "refused (no packet reached the host)"
 func TestOpenNetwork(t *testing.T) {
 	tp := newTopology(t)
 	r := newRouter(t, tp.cfg)
-	s1, s2 := newNS(t), newNS(t)
+	s1, s2 := testns.New(t), testns.New(t)
 	l1, err := r.Attach("sandbox-one", s1, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -380,7 +332,7 @@ func countChain(rs []rule, chain string) int {
 func TestRouterRestart(t *testing.T) {
 	tp := newTopology(t)
 	r := newRouter(t, tp.cfg)
-	s1, s2 := newNS(t), newNS(t)
+	s1, s2 := testns.New(t), testns.New(t)
 	l1, err := r.Attach("kept", s1, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -406,7 +358,7 @@ func TestRouterRestart(t *testing.T) {
 		t.Fatalf("adopted sandbox: %v", err)
 	}
 	// A new lease does not reuse the kept one.
-	s3 := newNS(t)
+	s3 := testns.New(t)
 	l3, err := r2.Attach("new", s3, nil)
 	if err != nil {
 		t.Fatal(err)
