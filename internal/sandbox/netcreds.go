@@ -15,7 +15,7 @@ import (
 // Where a sandbox finds the egress CA: TrustDir (the daemon's host
 // directory EgressCredentials.TrustDir, mounted read-only) holding the CA
 // certificate alone and a bundle of the host's roots and the CA, which
-// the CA variables (CAEnv) point to. It sits beside the agent's own
+// the CA variables (proxyCAEnv) point to. It sits beside the agent's own
 // /.airlock/bin: the runtime can always make a mount point there (the
 // root directory is the writable layer's), where a template's /etc may be
 // a layer the sandbox's root cannot write (one that could not be
@@ -51,21 +51,19 @@ type EgressCredentials struct {
 
 func (c *EgressCredentials) enabled() bool { return c != nil && c.CA != nil }
 
-// CAEnv is the environment that makes common TLS clients trust the
-// egress CA besides the usual roots: OpenSSL (SSL_CERT_FILE, which
-// replaces its default bundle, hence the bundle), curl, Python's
-// requests, pip, Node (NODE_EXTRA_CA_CERTS adds to its built-in roots,
-// hence the CA alone) and git.
-func CAEnv() map[string]string {
-	return map[string]string{
-		"SSL_CERT_FILE":       trustBundlePath,
-		"CURL_CA_BUNDLE":      trustBundlePath,
-		"REQUESTS_CA_BUNDLE":  trustBundlePath,
-		"PIP_CERT":            trustBundlePath,
-		"GIT_SSL_CAINFO":      trustBundlePath,
-		"NODE_EXTRA_CA_CERTS": trustCAPath,
-	}
-}
+// proxyCAEnv is proxyEnv and the environment that makes common TLS
+// clients trust the egress CA besides the usual roots: OpenSSL
+// (SSL_CERT_FILE, which replaces its default bundle, hence the bundle),
+// curl, Python's requests, pip, Node (NODE_EXTRA_CA_CERTS adds to its
+// built-in roots, hence the CA alone) and git. Built once; never modified.
+var proxyCAEnv = mergeEnv(map[string]string{
+	"SSL_CERT_FILE":       trustBundlePath,
+	"CURL_CA_BUNDLE":      trustBundlePath,
+	"REQUESTS_CA_BUNDLE":  trustBundlePath,
+	"PIP_CERT":            trustBundlePath,
+	"GIT_SSL_CAINFO":      trustBundlePath,
+	"NODE_EXTRA_CA_CERTS": trustCAPath,
+}, proxyEnv)
 
 // trustBind is the read-only mount of the trust directory, if the
 // daemon has one.
@@ -144,18 +142,17 @@ func credsOf(n Network) *egress.Credentials {
 	return cs
 }
 
-// networkEnv is networkEnv(n) and, in allowlist mode on a daemon with an
-// egress CA, CAEnv: every process of such a sandbox trusts the CA, so
+// networkEnv is the environment a sandbox's network gives its
+// processes, under the sandbox's own: in allowlist mode proxyEnv, and on
+// a daemon with an egress CA proxyCAEnv (every process trusts the CA, so
 // that credentials added later by a PATCH work for processes started
-// afterwards too.
+// afterwards too). The map is shared: callers merge it, never change it.
 func (m *Manager) networkEnv(n Network) map[string]string {
-	env := networkEnv(n)
-	if n.Mode != NetworkAllowlist || m.trustBind() == nil {
-		return env
+	switch {
+	case n.Mode != NetworkAllowlist:
+		return nil
+	case m.trustBind() == nil:
+		return proxyEnv
 	}
-	out := CAEnv()
-	for k, v := range env {
-		out[k] = v
-	}
-	return out
+	return proxyCAEnv
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,7 +34,7 @@ const (
 // egress.Proxy for the sandbox on the host, on the socket its runtime
 // gives it (runtime.Egress), which the sandbox's agent bridges to
 // runtime.EgressBridgeAddr inside; every process started through the
-// manager gets the proxy variables (ProxyEnv). Allow is the allowlist
+// manager gets the proxy variables (proxyEnv). Allow is the allowlist
 // (egress.ParsePolicy's entries; in its canonical form once resolved).
 type Network struct {
 	Mode  string   `json:"mode"`
@@ -116,14 +117,14 @@ type EgressEvent struct {
 	egress.Event
 }
 
-// ProxyEnv is the environment that points a sandbox's processes at its
+// proxyEnv is the environment that points a sandbox's processes at its
 // egress bridge, in both the upper- and lower-case spellings tools read.
 // ALL_PROXY is SOCKS5 with names resolved by the proxy (socks5h), so
 // nothing needs DNS inside the sandbox. NODE_USE_ENV_PROXY=1 makes
 // Node's own fetch, http and https read the proxy variables (Node 22.21
 // and 24 on; older versions ignore it, and their fetch reaches nothing:
-// see docs/SECURITY.md).
-func ProxyEnv() map[string]string {
+// see docs/SECURITY.md). Built once; never modified (mergeEnv copies).
+var proxyEnv = func() map[string]string {
 	httpProxy := "http://" + runtime.EgressBridgeAddr
 	env := map[string]string{"NODE_USE_ENV_PROXY": "1"}
 	for k, v := range map[string]string{
@@ -133,20 +134,10 @@ func ProxyEnv() map[string]string {
 		"NO_PROXY":    "localhost,127.0.0.1,::1",
 	} {
 		env[k] = v
-		env[lower(k)] = v
+		env[strings.ToLower(k)] = v
 	}
 	return env
-}
-
-func lower(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
-}
+}()
 
 // netState is a sandbox's egress proxy, if it has one. mu serialises
 // starting, changing and stopping it.
@@ -384,15 +375,6 @@ func (m *Manager) NetworkStats(id string) (stats egress.Stats, ok bool, err erro
 		return egress.Stats{}, false, nil
 	}
 	return rec.net.run.proxy.Stats(), true, nil
-}
-
-// networkEnv is the environment rec's network mode adds under the
-// sandbox's own Env: the proxy variables in allowlist mode.
-func networkEnv(n Network) map[string]string {
-	if n.Mode == NetworkAllowlist {
-		return ProxyEnv()
-	}
-	return nil
 }
 
 // cloneNetwork copies n's lists.

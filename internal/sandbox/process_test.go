@@ -195,10 +195,7 @@ func TestSandboxProcesses(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	m := e.manager(Config{})
-	sb, err := m.Create(ctx, Spec{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := mustCreate(t, m)
 	sleep := func() *agentclient.Process {
 		t.Helper()
 		p, err := m.StartProcess(ctx, sb.ID, agentclient.ExecRequest{Argv: []string{"sleep", "60"}})
@@ -241,10 +238,7 @@ func TestProcessOpsNeedRunning(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	m := e.manager(Config{})
-	sb, err := m.Create(ctx, Spec{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := mustCreate(t, m)
 	if err := m.Destroy(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -277,13 +271,9 @@ func TestProcessOpsNeedRunning(t *testing.T) {
 
 // TestTouch: Touch marks activity at once and holds nothing.
 func TestTouch(t *testing.T) {
-	ctx := context.Background()
 	e := newEnv(t)
 	m := e.manager(Config{})
-	sb, err := m.Create(ctx, Spec{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := mustCreate(t, m)
 	time.Sleep(10 * time.Millisecond)
 	if err := m.Touch(sb.ID); err != nil {
 		t.Fatal(err)
@@ -308,15 +298,7 @@ func TestEnded(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	m := e.manager(Config{})
-	create := func() Sandbox {
-		t.Helper()
-		sb, err := m.Create(ctx, Spec{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return sb
-	}
-	live, hung, deleted, adopting := create(), create(), create(), create()
+	live, hung, deleted, adopting := mustCreate(t, m), mustCreate(t, m), mustCreate(t, m), mustCreate(t, m)
 	if err := m.Ended(ctx, live.ID); err != nil {
 		t.Errorf("Ended of a running sandbox: %v", err)
 	}
@@ -350,4 +332,15 @@ func TestEnded(t *testing.T) {
 			t.Errorf("Ended = %v, want failed precondition %q", err, tc.want)
 		}
 	}
+}
+
+// mustCreate creates a sandbox of the default spec in m, failing t if it
+// cannot.
+func mustCreate(t *testing.T, m *Manager) Sandbox {
+	t.Helper()
+	sb, err := m.Create(context.Background(), Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb
 }
