@@ -9,7 +9,8 @@ type State string
 const (
 	StateCreating State = "creating"
 	// StateAdopting: a restarted daemon is adopting the sandbox; its
-	// operations fail with 503 until it is running.
+	// operations wait for the adoption (up to 10 s), then run or fail
+	// with 503 (retry).
 	StateAdopting State = "adopting"
 	StateRunning  State = "running"
 	StatePaused   State = "paused"

@@ -46,7 +46,8 @@ type State = api.State
 const (
 	StateCreating = api.StateCreating
 	// StateAdopting: a restarted daemon is adopting the sandbox; its
-	// operations fail with 503 until it is running. Retry.
+	// operations wait for the adoption (up to 10 s), then run or fail
+	// with 503 (retry).
 	StateAdopting = api.StateAdopting
 	StateRunning  = api.StateRunning
 	StatePaused   = api.StatePaused

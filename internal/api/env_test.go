@@ -198,6 +198,10 @@ type testEnv struct {
 	quota   *fakeQuota
 	auth    *fakeAuth
 	ready   func(context.Context) error
+
+	stateDir string             // the manager's
+	reg      *template.Registry // the manager's templates
+	cfg      Config             // the handler's
 }
 
 func newTestEnv(t testing.TB, tune ...func(*Config)) *testEnv {
@@ -215,8 +219,9 @@ func newTestEnv(t testing.TB, tune ...func(*Config)) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stateDir := filepath.Join(t.TempDir(), "state")
 	mgr, err := sandbox.New(rt, reg, sandbox.Config{
-		StateDir:       filepath.Join(t.TempDir(), "state"),
+		StateDir:       stateDir,
 		HealthInterval: -1,
 	}, nil)
 	if err != nil {
@@ -247,6 +252,9 @@ func newTestEnv(t testing.TB, tune ...func(*Config)) *testEnv {
 		limiter: &fakeLimiter{deny: map[string]bool{}},
 		quota:   &fakeQuota{n: map[string]int{}},
 		auth:    &fakeAuth{keys: keys},
+
+		stateDir: stateDir,
+		reg:      reg,
 	}
 	cfg := Config{
 		Sandboxes: mgr,
@@ -259,6 +267,7 @@ func newTestEnv(t testing.TB, tune ...func(*Config)) *testEnv {
 	for _, f := range tune {
 		f(&cfg)
 	}
+	e.cfg = cfg
 	e.h, err = New(cfg)
 	if err != nil {
 		t.Fatal(err)

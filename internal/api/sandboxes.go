@@ -226,6 +226,12 @@ func (c *call) ownedSandbox() (sandbox.Sandbox, error) {
 // is explained by what became of the sandbox meanwhile (see explain).
 func (c *call) agentSandbox() (sandbox.Sandbox, error) {
 	sb, err := c.ownedSandbox()
+	if err == nil && sb.State == sandbox.StateAdopting {
+		// Just after a restart: wait for the adoption rather than
+		// fail a request that would run a moment later.
+		c.h.mgr.WaitAdopted(c.r.Context(), sb.ID)
+		sb, err = c.ownedSandbox()
+	}
 	if err == nil {
 		c.sandboxID = sb.ID
 	}

@@ -77,6 +77,7 @@ type record struct {
 	endState State
 
 	created    chan struct{} // closed when creation ends, either way
+	adopted    chan struct{} // non-nil for a recovered sandbox; closed when its adoption ends, either way
 	destroying chan struct{} // non-nil while a destroy runs; closed at its end
 	destroyErr error         // result of the last destroy
 
@@ -778,6 +779,7 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration) (S
 // reaper leaves it alone) and returns the record and the function that
 // ends the operation.
 func (m *Manager) acquire(id string) (*record, func(), error) {
+	m.waitAdopted(context.Background(), id)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.usableLocked(); err != nil {

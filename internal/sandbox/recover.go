@@ -244,7 +244,9 @@ func (m *Manager) recoverInstance(inst runtime.Instance, now time.Time) func(con
 		pending: p.Pending,
 		origin:  p.Origin,
 	}
-	if reason != "" {
+	if reason == "" {
+		rec.adopted = make(chan struct{})
+	} else {
 		rec.sb.State, rec.sb.EndReason = StateStopping, reason
 		rec.ending, rec.endState = true, StateStopped
 		rec.destroying = make(chan struct{})
@@ -284,6 +286,7 @@ func (m *Manager) recoverInstance(inst runtime.Instance, now time.Time) func(con
 // within AdoptTimeout leaves the sandbox failed (health checks bring it
 // back when it answers), never destroyed.
 func (m *Manager) adoptRecovered(ctx context.Context, rec *record) {
+	defer close(rec.adopted)
 	id := rec.sb.ID
 	t0 := time.Now()
 	deadline := t0.Add(m.cfg.AdoptTimeout)
@@ -338,6 +341,41 @@ func (m *Manager) adoptRecovered(ctx context.Context, rec *record) {
 	}
 	rec.sb.State = StateRunning
 	m.log.Debug("sandbox adopted", "sandbox", id, "took", time.Since(t0).Round(time.Millisecond))
+}
+
+// MaxAdoptWait bounds how long an operation on a sandbox that a
+// restarted daemon is still adopting waits for the adoption to end
+// before it fails unavailable (retry): adoption usually takes
+// milliseconds, but an agent starved of CPU may answer late.
+const MaxAdoptWait = 10 * time.Second
+
+// WaitAdopted returns when the sandbox id is not being adopted by this
+// (restarted) daemon: at once for any other sandbox, else when its
+// adoption ends either way (by AdoptTimeout), after MaxAdoptWait, or
+// when ctx ends. A request that arrives just after a
+// restart thus runs instead of failing with "retry"; the caller looks
+// the sandbox up again afterwards.
+func (m *Manager) WaitAdopted(ctx context.Context, id string) {
+	m.waitAdopted(ctx, id)
+}
+
+func (m *Manager) waitAdopted(ctx context.Context, id string) {
+	m.mu.Lock()
+	var wait chan struct{}
+	if rec, ok := m.records[id]; ok && rec.sb.State == StateAdopting {
+		wait = rec.adopted
+	}
+	m.mu.Unlock()
+	if wait == nil {
+		return
+	}
+	t := time.NewTimer(MaxAdoptWait)
+	defer t.Stop()
+	select {
+	case <-wait:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // forgetGone removes the record of a sandbox that the runtime did not

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -260,9 +261,15 @@ func TestAdoptSlowSandbox(t *testing.T) {
 			t.Fatalf("%s is %q while its agent has not answered, want adopting", id, s)
 		}
 	}
+	// An exec waits for the adoption; past AdoptTimeout the sandbox is
+	// failed and the exec says so.
+	t0 := time.Now()
 	_, err = m2.Exec(ctx, ids[0], agentclient.ExecRequest{Argv: []string{"true"}})
-	if !errors.Is(err, errdefs.ErrUnavailable) {
-		t.Errorf("exec in an adopting sandbox: %v, want unavailable (retry)", err)
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "has not answered since the daemon restarted") {
+		t.Errorf("exec in a sandbox whose adoption fails: %v, want failed precondition (not answered)", err)
+	}
+	if d := time.Since(t0); d < 250*time.Millisecond || d > 5*time.Second {
+		t.Errorf("exec in an adopting sandbox returned after %v, want about AdoptTimeout (300ms)", d)
 	}
 	// Deleting an adopting sandbox works.
 	if err := m2.Destroy(ctx, ids[1]); err != nil {
@@ -282,6 +289,58 @@ func TestAdoptSlowSandbox(t *testing.T) {
 	eventually(t, 5*time.Second, "the slow sandbox answering", func() bool { return stateOf(m2, ids[0]) == StateRunning })
 	if _, err := m2.Exec(ctx, ids[0], agentclient.ExecRequest{Argv: []string{"true"}}); err != nil {
 		t.Errorf("exec once adopted: %v", err)
+	}
+}
+
+// TestAdoptWaitsForRequests checks that an operation on a sandbox the
+// restarted manager is still adopting waits for the adoption and runs,
+// rather than failing "retry" (as a client's first request after a
+// restart otherwise would), and that the wait is bounded.
+func TestAdoptWaitsForRequests(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	m1 := e.manager(Config{})
+	sb, err := m1.Create(ctx, Spec{Owner: "tenant"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crash(m1)
+
+	gate := make(chan struct{})
+	m2, err := New(gatedRuntime{e.rt, gate}, e.templates, Config{StateDir: e.stateDir, AdoptTimeout: time.Minute, HealthInterval: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m2.Close(context.Background()) })
+	if err := m2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := stateOf(m2, sb.ID); s != StateAdopting {
+		t.Fatalf("%s is %q while its agent has not answered, want adopting", sb.ID, s)
+	}
+	// A request whose context ends first gives up then, still "retry".
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	m2.WaitAdopted(cctx, sb.ID)
+	cancel()
+	if s := stateOf(m2, sb.ID); s != StateAdopting {
+		t.Fatalf("%s is %q, want still adopting", sb.ID, s)
+	}
+	time.AfterFunc(200*time.Millisecond, func() { close(gate) })
+	t0 := time.Now()
+	var out strings.Builder
+	res, err := m2.Exec(ctx, sb.ID, agentclient.ExecRequest{Argv: []string{"echo", "adopted"}, Stdout: &out})
+	if err != nil || out.String() != "adopted\n" {
+		t.Fatalf("exec during the adoption: %+v %q %v, want it to wait and run", res, out.String(), err)
+	}
+	if d := time.Since(t0); d < 150*time.Millisecond {
+		t.Errorf("exec returned after %v, before the agent could answer", d)
+	}
+	// Unknown and running sandboxes do not wait.
+	t0 = time.Now()
+	m2.WaitAdopted(ctx, sb.ID)
+	m2.WaitAdopted(ctx, "sb-aaaaaaaaaaaaaaaa")
+	if d := time.Since(t0); d > 50*time.Millisecond {
+		t.Errorf("WaitAdopted of a running and an unknown sandbox took %v", d)
 	}
 }
 
