@@ -30,18 +30,29 @@ type NetworkStats struct {
 	// BytesUp went from the sandbox to destinations, BytesDown back.
 	BytesUp   int64 `json:"bytes_up"`
 	BytesDown int64 `json:"bytes_down"`
+	// DNSQueries counts the DNS queries the proxy answered for the
+	// sandbox, refused ones included (allowlist mode).
+	DNSQueries int64 `json:"dns_queries,omitempty"`
 }
 
 // NetworkView is the body of GET and PATCH /v1/sandboxes/{id}/network:
 // the sandbox's network policy, and its proxy's counters while it has one.
 type NetworkView struct {
-	// Mode is NetworkNone or NetworkAllowlist.
+	// Mode is NetworkNone, NetworkAllowlist or NetworkOpen.
 	Mode string `json:"mode"`
 	// Allow is the allowlist, in canonical form.
 	Allow []string `json:"allow"`
 	// Credentials are the credentials added at the edge (names of
 	// secrets, never values), in canonical form.
 	Credentials []NetworkCredential `json:"credentials,omitempty"`
-	// Stats are the proxy's counters; absent in mode none.
+	// Limits are the proxy's limits in force (the sandbox's over the
+	// server's); absent in other modes than allowlist.
+	Limits *NetworkLimits `json:"limits,omitempty"`
+	// Stats are the proxy's counters, or in mode open the open
+	// network's (flows begun, open, refused packets, IP bytes of the
+	// flows ended); absent in mode none.
 	Stats *NetworkStats `json:"stats,omitempty"`
+	// Address is the sandbox's own IPv4 address in mode open; absent in
+	// other modes.
+	Address string `json:"address,omitempty"`
 }

@@ -23,6 +23,7 @@ var wireTypes = []wireType{
 	object[Limits]("Limits", true),
 	object[Network]("Network", false),
 	object[NetworkCredential]("NetworkCredential", false),
+	object[NetworkLimits]("NetworkLimits", false),
 	object[NetworkStats]("NetworkStats", true),
 	object[NetworkView]("NetworkView", true),
 	object[CreateSandboxRequest]("CreateSandboxRequest", false),

@@ -64,6 +64,26 @@ type Network struct {
 	// host, so that code in the sandbox uses an API without holding its
 	// key. Mode allowlist only.
 	Credentials []NetworkCredential `json:"credentials,omitempty"`
+	// Limits bound the sandbox's egress proxy below the server's own
+	// limits. Mode allowlist only.
+	Limits *NetworkLimits `json:"limits,omitempty"`
+}
+
+// NetworkLimits bound a sandbox's egress proxy (mode allowlist). In a
+// request each zero or absent field takes the server's value, which is
+// also its ceiling: a value above it is 400 invalid_argument. In a
+// NetworkView they are the limits in force.
+type NetworkLimits struct {
+	// MaxConnections caps the connections open through the proxy at
+	// once; one more is refused (reason conn_limit).
+	MaxConnections int `json:"max_connections,omitempty"`
+	// BandwidthBytesPerS caps the proxy's throughput in each direction,
+	// in bytes a second, all its connections together (absent in a
+	// NetworkView: no cap).
+	BandwidthBytesPerS int64 `json:"bandwidth_bytes_per_s,omitempty"`
+	// IdleTimeoutS ends a connection on which nothing moved for this
+	// many seconds.
+	IdleTimeoutS int64 `json:"idle_timeout_s,omitempty"`
 }
 
 // NetworkCredential is one credential added at the egress edge: the

@@ -57,6 +57,9 @@ type TemplateConfig struct {
 	// Limits are the template's default limits (nil when it sets none):
 	// a sandbox's unset limits take them before the server's defaults.
 	Limits *Limits `json:"limits,omitempty"`
+	// Network is the template's default network policy (nil when it has
+	// none): a sandbox created without a network gets it.
+	Network *Network `json:"network,omitempty"`
 }
 
 // TemplateUsage is the disk use of a server's template store; each layer
@@ -129,6 +132,12 @@ type BuildTemplateRequest struct {
 	// Limits are the template's default limits; unset fields keep a
 	// FROM template's.
 	Limits *Limits `json:"limits,omitempty"`
+	// Network is the template's default network policy, validated as a
+	// sandbox's: a sandbox created without a network gets it, and one
+	// with a network replaces it whole. It may not name credentials
+	// (they name one tenant's secrets; give them at create). Absent
+	// keeps a FROM template's.
+	Network *Network `json:"network,omitempty"`
 }
 
 // The types of the lines of a build stream (BuildStreamLine.Type).

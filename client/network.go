@@ -24,6 +24,10 @@ type NetworkView = api.NetworkView
 // NetworkStats are the counters of a sandbox's egress proxy.
 type NetworkStats = api.NetworkStats
 
+// NetworkLimits bound a sandbox's egress proxy below the server's own
+// limits (in a NetworkView: the limits in force).
+type NetworkLimits = api.NetworkLimits
+
 // NetworkCredential is a header the sandbox's egress proxy adds, with a
 // stored secret's value, to the requests to one allowed host.
 type NetworkCredential = api.NetworkCredential
@@ -41,9 +45,11 @@ func (c *Client) Network(ctx context.Context, id string) (*NetworkView, error) {
 }
 
 // SetNetwork changes a running sandbox's network policy (PATCH
-// /v1/sandboxes/{id}/network): mode none or allowlist, and the list. A
-// changed list applies at once to new connections; the proxy variables
-// reach the processes started afterwards.
+// /v1/sandboxes/{id}/network): mode none or allowlist, the list, the
+// credentials and the limits. A changed list applies at once to new
+// connections, changed connection and bandwidth caps at once, and a
+// changed idle timeout restarts the proxy (cutting its connections); the
+// proxy variables reach the processes started afterwards.
 func (c *Client) SetNetwork(ctx context.Context, id string, n Network) (*NetworkView, error) {
 	if err := checkID(id); err != nil {
 		return nil, err

@@ -65,7 +65,8 @@ type TemplateLayer = api.TemplateLayer
 
 // TemplateConfig holds the defaults a template's sandboxes start with;
 // its Limits (nil when it sets none) are what a sandbox's unset limits
-// take before the server's defaults.
+// take before the server's defaults, and its Network (nil when it has
+// none) what a sandbox created without a network gets.
 type TemplateConfig = api.TemplateConfig
 
 // TemplateDetail is a template with its layers and configuration.
@@ -147,6 +148,9 @@ type BuildContextRequest struct {
 	RegistryAuth *RegistryAuth
 	// Limits are the template's default limits, as for BuildTemplate.
 	Limits *Limits
+	// Network is the template's default network policy, as for
+	// BuildTemplate (sent as the network query parameter).
+	Network *Network
 }
 
 // The types of build events.
@@ -329,6 +333,13 @@ func (c *Client) BuildTemplateContext(ctx context.Context, req BuildContextReque
 				q.Set(f.key, strconv.FormatInt(f.v, 10))
 			}
 		}
+	}
+	if req.Network != nil {
+		b, err := json.Marshal(req.Network)
+		if err != nil {
+			return nil, fmt.Errorf("airlock: network: %v: %w", err, ErrInvalid)
+		}
+		q.Set("network", string(b))
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -3,22 +3,35 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/client"
 )
 
 const netUsage = `usage:
   airlock net show ID [--json]
-      Show the sandbox's network mode, allowlist and egress counters.
+      Show the sandbox's network mode, allowlist, credentials (secret
+      names, never values), its proxy's limits in force and its counters.
   airlock net set ID none
-  airlock net set ID allowlist [--allow ENTRY]... [--json]
+  airlock net set ID allowlist [--allow ENTRY]... [--credential SPEC]...
+                  [--max-conns N] [--bandwidth BYTES_PER_S] [--conn-idle-timeout D] [--json]
       Change a running sandbox's network: none (loopback only) or
       allowlist (only the --allow destinations, through its egress proxy:
       host names, *.example.com, addresses and CIDRs, each with optional
       :PORTS such as example.com:443 or 10.0.0.0/8:80,443). The list
       replaces the old one and applies at once to new connections; the
       proxy variables reach commands started afterwards.
+      --credential HOST[:PORT]:HEADER=SECRET[:FORMAT] has the proxy add
+      the header HEADER, set to the stored secret SECRET (airlock secrets
+      set) or to FORMAT with {secret} where it goes, to the requests to
+      HOST, e.g. 'api.example.com:Authorization=API_KEY:Bearer {secret}'.
+      --max-conns, --bandwidth and --conn-idle-timeout bound the proxy
+      below the server's own limits (unset: the server's); the connection
+      and bandwidth caps apply at once, a changed idle timeout restarts
+      the proxy (cutting its open connections). Like the list, the
+      credentials and limits replace the old ones.
   airlock net log ID [--after SEQ] [--limit N] [--json]
       The sandbox's egress decisions, oldest first (audit:read scope).
 `
@@ -42,6 +55,46 @@ func (f allowFlag) network() *client.Network {
 		return nil
 	}
 	return &client.Network{Mode: client.NetworkAllowlist, Allow: f}
+}
+
+// credentialFlag is a repeatable --credential
+// HOST[:PORT]:HEADER=SECRET[:FORMAT]. Neither a host name nor a header
+// holds "=" or ":" and a secret's name holds no ":", so the first "="
+// and the colons around it split it; FORMAT may hold anything.
+type credentialFlag []client.NetworkCredential
+
+func (f *credentialFlag) String() string {
+	var out []string
+	for _, c := range *f {
+		out = append(out, c.Host+":"+c.Header+"="+c.Secret)
+	}
+	return strings.Join(out, " ")
+}
+
+func (f *credentialFlag) Set(s string) error {
+	bad := fmt.Errorf("--credential %q: want HOST[:PORT]:HEADER=SECRET[:FORMAT]", s)
+	left, right, ok := strings.Cut(s, "=")
+	if !ok {
+		return bad
+	}
+	i := strings.LastIndexByte(left, ':')
+	if i <= 0 || i == len(left)-1 {
+		return bad
+	}
+	c := client.NetworkCredential{Host: left[:i], Header: left[i+1:]}
+	if host, port, ok := strings.Cut(c.Host, ":"); ok {
+		p, err := strconv.ParseUint(port, 10, 16)
+		if err != nil || p == 0 || host == "" {
+			return fmt.Errorf("--credential %q: the port must be 1-65535", s)
+		}
+		c.Host, c.Port = host, uint16(p)
+	}
+	c.Secret, c.Format, _ = strings.Cut(right, ":")
+	if c.Secret == "" {
+		return bad
+	}
+	*f = append(*f, c)
+	return nil
 }
 
 // netCmd runs `airlock net SUBCOMMAND`.
@@ -71,6 +124,25 @@ func (c *cli) printNetwork(v *client.NetworkView, asJSON bool) error {
 	fmt.Fprintf(c.stdout, "mode: %s\n", v.Mode)
 	for _, a := range v.Allow {
 		fmt.Fprintf(c.stdout, "allow: %s\n", a)
+	}
+	for _, cr := range v.Credentials {
+		host := cr.Host
+		if cr.Port != 0 {
+			host += ":" + strconv.Itoa(int(cr.Port))
+		}
+		value := "secret " + cr.Secret
+		if cr.Format != "" {
+			value = fmt.Sprintf("%q with secret %s", cr.Format, cr.Secret)
+		}
+		fmt.Fprintf(c.stdout, "credential: %s %s: %s\n", host, cr.Header, value)
+	}
+	if l := v.Limits; l != nil {
+		bw := "no cap"
+		if l.BandwidthBytesPerS > 0 {
+			bw = strconv.FormatInt(l.BandwidthBytesPerS, 10) + " bytes/s each way"
+		}
+		fmt.Fprintf(c.stdout, "limits: %d connections, bandwidth %s, idle timeout %v\n",
+			l.MaxConnections, bw, time.Duration(l.IdleTimeoutS)*time.Second)
 	}
 	if s := v.Stats; s != nil {
 		_, err := fmt.Fprintf(c.stdout, "connections: %d (%d open), allowed %d, refused %d, bytes up %d, down %d\n",
@@ -107,6 +179,12 @@ func (c *cli) netSet(ctx context.Context, args []string) (int, error) {
 	fs := c.flags("net set", netUsage)
 	var allow allowFlag
 	fs.Var(&allow, "allow", "a destination `ENTRY` the sandbox may reach (repeatable)")
+	var creds credentialFlag
+	fs.Var(&creds, "credential", "a header the proxy adds: `HOST[:PORT]:HEADER=SECRET[:FORMAT]` (repeatable)")
+	maxConns := fs.Int("max-conns", 0, "at most `N` connections open through the proxy (the server's limit if 0)")
+	bandwidth := fs.Int64("bandwidth", 0, "cap the proxy's throughput each way at `BYTES_PER_S` (the server's if 0)")
+	var idle durationFlag
+	fs.Var(&idle, "conn-idle-timeout", "close a proxied connection idle this long (whole seconds; the server's if unset)")
 	asJSON := fs.Bool("json", false, "print the network as JSON")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -115,7 +193,15 @@ func (c *cli) netSet(ctx context.Context, args []string) (int, error) {
 	if len(pos) != 2 {
 		return 2, usagef("net set takes a sandbox ID and a mode (none or allowlist)")
 	}
-	n := client.Network{Mode: pos[1], Allow: allow}
+	n := client.Network{Mode: pos[1], Allow: allow, Credentials: creds}
+	switch d := time.Duration(idle); {
+	case *maxConns < 0 || *bandwidth < 0:
+		return 2, usagef("--max-conns and --bandwidth must not be negative")
+	case d%time.Second != 0:
+		return 2, usagef("--conn-idle-timeout must be whole seconds")
+	case *maxConns > 0 || *bandwidth > 0 || d > 0:
+		n.Limits = &client.NetworkLimits{MaxConnections: *maxConns, BandwidthBytesPerS: *bandwidth, IdleTimeoutS: int64(d / time.Second)}
+	}
 	cl, err := c.client()
 	if err != nil {
 		return 2, err

@@ -20,7 +20,7 @@ import (
 const templateUsage = `usage:
   airlock template build NAME (--from IMAGE | --debian SUITE [--packages P,...] | -f AIRFILE [CONTEXT_DIR])
                          [--shared] [--replace] [--allow-setuid] [--no-cache]
-                         [--memory MB] [--cpus N] [--pids N] [--disk MB]
+                         [--memory MB] [--cpus N] [--pids N] [--disk MB] [--allow ENTRY]...
                          [--username U [--password P]] [--insecure] [-v] [--json]
       Build or import a template of your tenant (needs templates:write),
       which only your tenant sees; --shared builds one every tenant sees
@@ -35,7 +35,10 @@ const templateUsage = `usage:
       template of that name. Set-user-ID and set-group-ID bits are stripped
       unless --allow-setuid (sandboxes mount their root nosuid). --memory,
       --cpus, --pids and --disk set the template's default limits, which
-      its sandboxes get unless they ask for others. The registry password
+      its sandboxes get unless they ask for others; --allow sets its
+      default network (mode allowlist with those destinations, as in
+      airlock net set), which a sandbox created without --allow gets. The
+      registry password
       can come from AIRLOCK_REGISTRY_PASSWORD. Progress goes to standard
       error: a line per step and layer, how many lines of output a step
       printed, the last lines of a step that failed, and a summary; -v
@@ -101,6 +104,8 @@ type buildFlags struct {
 	username, password            string
 	insecure, asJSON              bool
 	limitFlags
+	// allow is the template's default network (allowlist mode).
+	allow allowFlag
 }
 
 // plan checks the flags and positional arguments and turns them into the
@@ -146,7 +151,7 @@ func (f *buildFlags) plan(pos []string, getenv func(string) string, stdin io.Rea
 	}
 	if f.file == "" {
 		req := &client.BuildTemplateRequest{Name: name, Shared: f.shared, From: f.from, Replace: f.replace, AllowSetuid: f.allowSetuid,
-			NoCache: f.noCache, Insecure: f.insecure, RegistryAuth: auth, Limits: limits}
+			NoCache: f.noCache, Insecure: f.insecure, RegistryAuth: auth, Limits: limits, Network: f.allow.network()}
 		if f.debian != "" {
 			req.Debian = &client.DebianBase{Suite: f.debian, Packages: f.packages}
 		}
@@ -167,7 +172,7 @@ func (f *buildFlags) plan(pos []string, getenv func(string) string, stdin io.Rea
 	}
 	if !needsContext && len(rest) == 0 {
 		p.JSON = &client.BuildTemplateRequest{Name: name, Shared: f.shared, Airfile: string(recipe), Replace: f.replace, AllowSetuid: f.allowSetuid,
-			NoCache: f.noCache, Insecure: f.insecure, RegistryAuth: auth, Limits: limits}
+			NoCache: f.noCache, Insecure: f.insecure, RegistryAuth: auth, Limits: limits, Network: f.allow.network()}
 		return p, nil
 	}
 	dir := filepath.Dir(f.file)
@@ -178,7 +183,7 @@ func (f *buildFlags) plan(pos []string, getenv func(string) string, stdin io.Rea
 		dir = rest[0]
 	}
 	p.Context = &client.BuildContextRequest{Name: name, Shared: f.shared, Airfile: recipe, ContextDir: dir, Replace: f.replace,
-		AllowSetuid: f.allowSetuid, NoCache: f.noCache, Insecure: f.insecure, RegistryAuth: auth, Limits: limits}
+		AllowSetuid: f.allowSetuid, NoCache: f.noCache, Insecure: f.insecure, RegistryAuth: auth, Limits: limits, Network: f.allow.network()}
 	return p, nil
 }
 
@@ -212,6 +217,7 @@ func (c *cli) templateBuild(ctx context.Context, args []string) (int, error) {
 	verbose := fs.Bool("verbose", false, "show every line the steps print (default: a progress line, and the last lines of a failed step)")
 	fs.BoolVar(verbose, "v", false, "same as --verbose")
 	f.limitFlags.register(fs)
+	fs.Var(&f.allow, "allow", "default network mode allowlist: a destination `ENTRY` the template's sandboxes may reach (repeatable)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return c.parseFailed(err)
@@ -399,6 +405,21 @@ func describeLimits(l *client.Limits) string {
 	return dash(strings.Join(parts, ", "))
 }
 
+// describeNetwork is a template's default network for people.
+func describeNetwork(n *client.Network) string {
+	if n == nil {
+		return "-"
+	}
+	s := n.Mode
+	if len(n.Allow) > 0 {
+		s += ": " + strings.Join(n.Allow, " ")
+	}
+	if l := n.Limits; l != nil {
+		s += fmt.Sprintf(" (max %d connections, %d bytes/s, idle %d s; 0: the server's)", l.MaxConnections, l.BandwidthBytesPerS, l.IdleTimeoutS)
+	}
+	return s
+}
+
 // describeTemplate prints t for people.
 func (c *cli) describeTemplate(t *client.TemplateDetail) error {
 	var b strings.Builder
@@ -416,6 +437,7 @@ func (c *cli) describeTemplate(t *client.TemplateDetail) error {
 	row("Workdir", dash(t.Config.Workdir))
 	row("User", dash(t.Config.User))
 	row("Limits", describeLimits(t.Config.Limits))
+	row("Network", describeNetwork(t.Config.Network))
 	row("Entrypoint", dash(strings.Join(t.Config.Entrypoint, " ")))
 	row("Cmd", dash(strings.Join(t.Config.Cmd, " ")))
 	if len(t.Config.Env) == 0 {

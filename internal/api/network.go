@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"net/http"
 	"strings"
+	"time"
 
 	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/egress"
@@ -19,14 +20,62 @@ const ActionSandboxNetwork = "sandbox.network"
 // egress decision of a sandbox's proxy (daemon.ActionEgressConnect).
 const actionEgressConnect = "egress.connect"
 
-// networkFrom is the manager's form of a request's network policy.
-func networkFrom(n *wire.Network) sandbox.Network {
+// networkFrom is the manager's form of a request's network policy: nil
+// is none given (a create's template default), a network without a mode
+// is mode none. Its limits are checked against the daemon's, ceiling
+// (sandbox.EgressConfig.EgressLimits of none), and errors name them
+// after field ("network." in a create, "" in a PATCH).
+func networkFrom(n *wire.Network, field string, ceiling egress.Limits) (sandbox.Network, error) {
 	if n == nil {
-		return sandbox.Network{}
+		return sandbox.Network{}, nil
 	}
 	out := sandbox.Network{Mode: n.Mode, Allow: n.Allow}
+	if out.Mode == "" {
+		out.Mode = sandbox.NetworkNone
+	}
 	for _, c := range n.Credentials {
 		out.Credentials = append(out.Credentials, egress.Credential(c))
+	}
+	if l := n.Limits; l != nil {
+		field += "limits."
+		for _, f := range []struct {
+			name   string
+			v, max int64
+		}{
+			{"max_connections", int64(l.MaxConnections), int64(ceiling.MaxConns)},
+			{"bandwidth_bytes_per_s", l.BandwidthBytesPerS, ceiling.BandwidthBytesPerSec},
+			{"idle_timeout_s", l.IdleTimeoutS, int64(ceiling.IdleTimeout / time.Second)},
+		} {
+			switch {
+			case f.v < 0:
+				return out, invalidf("%s%s must not be negative", field, f.name)
+			case f.max > 0 && f.v > f.max:
+				return out, invalidf("%s%s %d is above this server's limit of %d", field, f.name, f.v, f.max)
+			}
+		}
+		out.Limits = sandbox.NetworkLimits{MaxConns: l.MaxConnections, BandwidthBytesPerSec: l.BandwidthBytesPerS,
+			IdleTimeout: time.Duration(l.IdleTimeoutS) * time.Second}
+	}
+	return out, nil
+}
+
+// networkCeiling is the daemon's egress limits: a sandbox's ceilings.
+func (h *Handler) networkCeiling() egress.Limits {
+	return h.mgr.Config().Egress.EgressLimits(sandbox.NetworkLimits{})
+}
+
+// networkLimitsView is the wire form of network limits.
+func networkLimitsView(l sandbox.NetworkLimits) *wire.NetworkLimits {
+	return &wire.NetworkLimits{MaxConnections: l.MaxConns, BandwidthBytesPerS: l.BandwidthBytesPerSec,
+		IdleTimeoutS: int64(l.IdleTimeout / time.Second)}
+}
+
+// networkView is the wire form of a network policy (a template's
+// default; no counters).
+func networkView(n sandbox.Network) *wire.Network {
+	out := &wire.Network{Mode: n.Mode, Allow: n.Allow, Credentials: credentialsView(n.Credentials)}
+	if n.Limits != (sandbox.NetworkLimits{}) {
+		out.Limits = networkLimitsView(n.Limits)
 	}
 	return out
 }
@@ -61,6 +110,9 @@ func networkDetails(n sandbox.Network) map[string]any {
 		}
 		d["credentials"] = names
 	}
+	if l := n.Limits; l != (sandbox.NetworkLimits{}) {
+		d["limits"] = networkLimitsView(l)
+	}
 	return d
 }
 
@@ -74,13 +126,25 @@ func (h *Handler) toNetworkView(sb sandbox.Sandbox) (wire.NetworkView, error) {
 	if out.Allow == nil {
 		out.Allow = []string{}
 	}
+	if out.Mode == wire.NetworkAllowlist {
+		out.Limits = networkLimitsView(h.mgr.EffectiveNetworkLimits(sb.Network))
+	}
 	st, ok, err := h.mgr.NetworkStats(sb.ID)
 	if err != nil {
 		return out, err
 	}
 	if ok {
 		out.Stats = &wire.NetworkStats{Conns: st.Conns, Active: st.Active, Allowed: st.Allowed,
-			Refused: st.Refused, BytesUp: st.BytesUp, BytesDown: st.BytesDown}
+			Refused: st.Refused, BytesUp: st.BytesUp, BytesDown: st.BytesDown, DNSQueries: st.DNSQueries}
+	}
+	if out.Mode == wire.NetworkOpen {
+		addr, ok, err := h.mgr.NetworkAddress(sb.ID)
+		if err != nil {
+			return out, err
+		}
+		if ok {
+			out.Address = addr.String()
+		}
 	}
 	return out, nil
 }
@@ -111,9 +175,12 @@ func (h *Handler) setNetwork(c *call) error {
 	if req.Mode == "" {
 		return invalidf("mode is required: %q or %q", sandbox.NetworkNone, sandbox.NetworkAllowlist)
 	}
-	n := networkFrom(&req)
+	n, err := networkFrom(&req, "", h.networkCeiling())
+	if err != nil {
+		return err
+	}
 	c.ev.Details = networkDetails(n)
-	if err := sandbox.ValidateNetwork(n); err != nil {
+	if err := h.mgr.CheckNetwork(n); err != nil {
 		return err
 	}
 	if err := c.begin(); err != nil {

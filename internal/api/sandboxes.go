@@ -168,7 +168,10 @@ func (req *createRequest) spec(owner string, cfg sandbox.Config) (sandbox.Spec, 
 	if err != nil {
 		return sandbox.Spec{}, err
 	}
-	network := networkFrom(req.Network)
+	network, err := networkFrom(req.Network, "network.", cfg.Egress.EgressLimits(sandbox.NetworkLimits{}))
+	if err != nil {
+		return sandbox.Spec{}, err
+	}
 	if err := sandbox.ValidateNetwork(network); err != nil {
 		return sandbox.Spec{}, err
 	}
@@ -281,6 +284,12 @@ func (h *Handler) createSandbox(c *call) error {
 	}
 	c.ev.Target = sb.ID
 	c.ev.Details["template"] = sb.Template
+	if spec.Network.Mode == "" && sb.Network.Mode == sandbox.NetworkAllowlist {
+		// The template's default network.
+		d := networkDetails(sb.Network)
+		d["from_template"] = true
+		c.ev.Details["network"] = d
+	}
 	recorded := false
 	undo := func(why error) error {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(c.r.Context()), time.Minute)

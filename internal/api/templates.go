@@ -9,6 +9,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/auth"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/template"
 	"github.com/airlock-sandbox/airlock/internal/template/registry"
 )
@@ -92,6 +93,9 @@ func toDetailJSON(d registry.Detail) wire.TemplateDetail {
 	if l := cfg.Limits; l != (runtime.Limits{}) {
 		lj := limitsToJSON(l)
 		out.Config.Limits = &lj
+	}
+	if n := cfg.Network; n != nil {
+		out.Config.Network = networkView(sandbox.NetworkOfTemplate(*n))
 	}
 	return out
 }

@@ -18,6 +18,8 @@ import (
 
 	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/auth"
+	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/template"
 	"github.com/airlock-sandbox/airlock/internal/template/registry"
 )
@@ -128,10 +130,11 @@ func buildFromJSON(in wire.BuildTemplateRequest) (registry.BuildRequest, *regist
 
 // buildFromQuery parses the query of a build context upload: name
 // (required), shared, replace, no_cache, allow_setuid and insecure
-// (booleans), and the template's limits cpus, memory_mb, disk_mb and pids.
+// (booleans), and the template's limits cpus, memory_mb, disk_mb and pids
+// (its network, a JSON object, is read by templateNetworkQuery).
 func buildFromQuery(raw string) (registry.BuildRequest, error) {
 	var out registry.BuildRequest
-	q, err := parseQuery(raw, "name", "shared", "replace", "no_cache", "allow_setuid", "insecure", "cpus", "memory_mb", "disk_mb", "pids")
+	q, err := parseQuery(raw, "name", "shared", "replace", "no_cache", "allow_setuid", "insecure", "cpus", "memory_mb", "disk_mb", "pids", "network")
 	if err != nil {
 		return out, err
 	}
@@ -174,6 +177,44 @@ func buildFromQuery(raw string) (registry.BuildRequest, error) {
 		}
 	}
 	return out, nil
+}
+
+// templateNetworkFrom validates a build's network (nil: none given) as a
+// sandbox's, limits within ceiling, and without credentials (see
+// sandbox.TemplateNetwork).
+func templateNetworkFrom(in *wire.Network, ceiling egress.Limits) (*registry.Network, error) {
+	if in == nil {
+		return nil, nil
+	}
+	n, err := networkFrom(in, "network.", ceiling)
+	if err != nil {
+		return nil, err
+	}
+	tn, err := sandbox.TemplateNetwork(n)
+	if err != nil {
+		return nil, err
+	}
+	return &tn, nil
+}
+
+// maxNetworkQuery caps the network query parameter of a build context
+// upload.
+const maxNetworkQuery = 64 << 10
+
+// templateNetworkQuery is templateNetworkFrom of the network query
+// parameter of a build context upload, a Network JSON object ("": none).
+func templateNetworkQuery(raw string, ceiling egress.Limits) (*registry.Network, error) {
+	if raw == "" {
+		return nil, nil
+	}
+	if len(raw) > maxNetworkQuery {
+		return nil, invalidf("network is longer than %d bytes", maxNetworkQuery)
+	}
+	var in wire.Network
+	if err := decodeJSONBytes([]byte(raw), &in, false); err != nil {
+		return nil, invalidf("network must be a JSON object with mode, allow and limits")
+	}
+	return templateNetworkFrom(&in, ceiling)
 }
 
 // parseRegistryAuthHeader decodes the X-Registry-Auth header (base64,
@@ -271,6 +312,9 @@ func (h *Handler) buildTemplate(c *call) error {
 		if err != nil {
 			return err
 		}
+		if req.Network, err = templateNetworkFrom(in.Network, h.networkCeiling()); err != nil {
+			return err
+		}
 		if err := setNamespace(c.p, &req); err != nil {
 			return err
 		}
@@ -301,6 +345,9 @@ func (h *Handler) buildContext(c *call, ts *registry.Service) error {
 	}
 	req, err := buildFromQuery(c.r.URL.RawQuery)
 	if err != nil {
+		return err
+	}
+	if req.Network, err = templateNetworkQuery(c.r.URL.Query().Get("network"), h.networkCeiling()); err != nil {
 		return err
 	}
 	c.ev.Target = req.Name
@@ -403,6 +450,9 @@ func (h *Handler) runBuild(c *call, job *registry.Job, req registry.BuildRequest
 	}
 	if req.Shared {
 		d["shared"] = true
+	}
+	if req.Network != nil {
+		d["network"] = networkDetails(sandbox.NetworkOfTemplate(*req.Network))
 	}
 	warnings := r.Ignored(shift)
 	if len(warnings) > 0 {

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/secrets"
 )
@@ -79,6 +80,12 @@ type Config struct {
 	// they add a credential for (an internal CA; the end-to-end tests'
 	// server). Empty: the host's roots only.
 	EgressRoots string `json:"egress_roots"`
+	// EgressMaxConns, EgressBandwidth (bytes per second each way, 0: no
+	// cap) and EgressIdleTimeout bound each allowlist sandbox's egress
+	// proxy, and are the ceilings of a sandbox's own network.limits.
+	EgressMaxConns    int      `json:"egress_max_conns"`
+	EgressBandwidth   int      `json:"egress_bandwidth"`
+	EgressIdleTimeout Duration `json:"egress_idle_timeout"`
 	// OpenUplink is the interface through which sandboxes in the open
 	// network mode reach out, masqueraded (see internal/opennet). Empty:
 	// that mode is refused; the daemon never guesses it from the
@@ -114,6 +121,9 @@ func Defaults() Config {
 		ExecMemoryMB:       512,
 
 		EndedRetention: Duration(time.Hour),
+
+		EgressMaxConns:    egress.DefaultMaxConns,
+		EgressIdleTimeout: Duration(egress.DefaultIdleTimeout),
 	}
 }
 
@@ -256,6 +266,12 @@ var settings = []setting{
 		func(c *Config) any { return &c.PortDomain }},
 	{"egress-roots", "FILE", "PEM file of CA certificates trusted, besides the host's, for destinations the egress proxy adds credentials to",
 		func(c *Config) any { return &c.EgressRoots }},
+	{"egress-max-conns", "N", "connections each allowlist sandbox may have open through its egress proxy, 1 to 65536; the ceiling of a sandbox's network.limits",
+		func(c *Config) any { return &c.EgressMaxConns }},
+	{"egress-bandwidth", "BYTES", "bytes per second each allowlist sandbox's egress proxy moves each way, 0 for no cap; the ceiling of a sandbox's network.limits",
+		func(c *Config) any { return &c.EgressBandwidth }},
+	{"egress-idle-timeout", "DURATION", "how long an egress connection may move no byte before it is closed, 1s to 24h; the ceiling of a sandbox's network.limits",
+		func(c *Config) any { return &c.EgressIdleTimeout }},
 	{"open-uplink", "IFACE", "interface through which sandboxes in network mode open reach out, masqueraded (empty: mode open is refused)",
 		func(c *Config) any { return &c.OpenUplink }},
 	{"open-pool", "CIDR", "IPv4 prefix the addresses of open sandboxes come from, a /30 each (default 100.96.0.0/16)",
@@ -441,6 +457,12 @@ func (c Config) Validate() error {
 		return bad("ended retention must be between 1s and 168h")
 	case c.EgressRoots != "" && (!filepath.IsAbs(c.EgressRoots) || filepath.Clean(c.EgressRoots) != c.EgressRoots):
 		return bad("egress roots %q must be a clean absolute path", c.EgressRoots)
+	case c.EgressMaxConns < 1 || c.EgressMaxConns > 65536:
+		return bad("egress max conns must be between 1 and 65536")
+	case c.EgressBandwidth < 0:
+		return bad("egress bandwidth must be 0 (no cap) or a number of bytes per second")
+	case c.EgressIdleTimeout < Duration(time.Second) || c.EgressIdleTimeout > Duration(24*time.Hour):
+		return bad("egress idle timeout must be between 1s and 24h")
 	case c.OpenUplink == "" && (c.OpenPool != "" || c.OpenNetNS != ""):
 		return bad("open pool and open netns need an open uplink")
 	case c.OpenPool != "" && !validPool(c.OpenPool):

@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/api"
 	"github.com/airlock-sandbox/airlock/internal/auth"
+	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/hostcheck"
 	"github.com/airlock-sandbox/airlock/internal/interp"
@@ -195,7 +196,11 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		return err
 	}
 	scfg := sandbox.Config{
-		Egress:          sandbox.EgressConfig{Events: egressEvents.Record, Credentials: egressCreds},
+		Egress: sandbox.EgressConfig{Events: egressEvents.Record, Credentials: egressCreds, Limits: egress.Limits{
+			MaxConns:             cfg.EgressMaxConns,
+			BandwidthBytesPerSec: int64(cfg.EgressBandwidth),
+			IdleTimeout:          time.Duration(cfg.EgressIdleTimeout),
+		}},
 		StateDir:        filepath.Join(cfg.DataDir, recordsDir),
 		DefaultTemplate: cfg.DefaultTemplate,
 		DefaultTimeout:  time.Duration(cfg.DefaultTimeout),

@@ -146,6 +146,7 @@ func (b builder) Build(ctx context.Context, req registry.BuildRequest, events fu
 		ContextDir:  req.ContextDir,
 		NoCache:     req.NoCache,
 		Limits:      req.Limits,
+		Network:     req.Network,
 		AllowSetuid: req.AllowSetuid,
 		StripSetuid: !req.AllowSetuid,
 		Pull: oci.Options{

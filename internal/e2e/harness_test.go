@@ -98,6 +98,10 @@ func wrapDaemon() int {
 		fmt.Fprintln(os.Stderr, "e2e wrapper: no", wrapBinEnv)
 		return 1
 	}
+	if err := wrapHosts(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e wrapper:", err)
+		return 1
+	}
 	if ns := os.Getenv(wrapCgnsEnv); ns != "" {
 		if err := wrapContainer(ns); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e wrapper:", err)

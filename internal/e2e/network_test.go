@@ -215,3 +215,26 @@ func TestEgressAllowlist(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestEgressCaps checks that the daemon's egress limits
+// (--egress-max-conns, --egress-bandwidth, --egress-idle-timeout) are the
+// proxies' and the ceiling of a sandbox's own network.limits.
+func TestEgressCaps(t *testing.T) {
+	d := newEnv(t, "--egress-max-conns", "4", "--egress-bandwidth", "1000000", "--egress-idle-timeout", "90s").start()
+	ctx := ctxT(t, 2*time.Minute)
+	allow := []string{"127.0.0.1:9"}
+	_, err := d.C.CreateSandbox(ctx, client.CreateSandboxRequest{Network: &client.Network{
+		Mode: client.NetworkAllowlist, Allow: allow, Limits: &client.NetworkLimits{MaxConnections: 5}}})
+	if err == nil || !strings.Contains(err.Error(), "above this server's limit of 4") {
+		t.Fatalf("a sandbox asking for more connections than the daemon allows: %v", err)
+	}
+	sb, err := d.C.CreateSandbox(ctx, client.CreateSandboxRequest{Network: &client.Network{Mode: client.NetworkAllowlist, Allow: allow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	track(sb.ID)
+	v, err := d.C.Network(ctx, sb.ID)
+	if err != nil || v.Limits == nil || v.Limits.MaxConnections != 4 || v.Limits.BandwidthBytesPerS != 1000000 || v.Limits.IdleTimeoutS != 90 {
+		t.Errorf("limits in force of a sandbox that asked for none: %+v %v; want the daemon's", v.Limits, err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -47,46 +48,24 @@ func listenIn(t *testing.T, ns *os.File, addr string) *atomic.Int64 {
 // router's own services or the blocked range (the hosts see nothing);
 // destroying them leaves no veth and no rule.
 func TestOpenNetwork(t *testing.T) {
-	routerNS, uplinkNS := testns.New(t), testns.New(t)
+	routerNS, uplinkNS, args := openWorld(t)
 	rh, err := netlink.NewHandleAt(netns.NsHandle(int(routerNS.Fd())))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rh.Close()
-	uh, err := netlink.NewHandleAt(netns.NsHandle(int(uplinkNS.Fd())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer uh.Close()
-	if err := rh.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "up0"}, PeerName: "up1",
-		PeerNamespace: netlink.NsFd(int(uplinkNS.Fd()))}); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []struct {
-		h          *netlink.Handle
-		link, addr string
-	}{{rh, "up0", "198.51.100.1/24"}, {uh, "up1", "198.51.100.2/24"}, {uh, "lo", "10.77.0.1/32"}} {
-		l, err := c.h.LinkByName(c.link)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a, _ := netlink.ParseAddr(c.addr)
-		if err := c.h.AddrAdd(l, a); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.h.LinkSetUp(l); err != nil {
-			t.Fatal(err)
-		}
-	}
-	up0, _ := rh.LinkByName("up0")
-	if err := rh.RouteAdd(&netlink.Route{LinkIndex: up0.Attrs().Index, Gw: net.ParseIP("198.51.100.2")}); err != nil {
-		t.Fatal(err)
-	}
 	web := listenIn(t, uplinkNS, "198.51.100.2:8080")
 	private := listenIn(t, uplinkNS, "10.77.0.1:8080")
 	hostSvc := listenIn(t, routerNS, "0.0.0.0:9090")
 
-	e := newEnv(t, "--open-uplink", "up0", "--open-netns", fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), routerNS.Fd()))
+	// Names the daemon resolves from a hosts file of its own (see
+	// wrapHosts): no query leaves the host.
+	hosts := filepath.Join(t.TempDir(), "hosts")
+	if err := os.WriteFile(hosts, []byte("198.51.100.2 web.test\n10.77.0.1 private.test\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(wrapHostsEnv, hosts)
+	e := newEnv(t, args...)
 	d := e.start()
 	ctx := ctxT(t, 3*time.Minute)
 
@@ -116,6 +95,18 @@ func TestOpenNetwork(t *testing.T) {
 		if res.ExitCode != 0 || !strings.HasPrefix(string(res.Stdout), "from=198.51.100.1:") {
 			t.Fatalf("sandbox %s to the test host: exit %d, %q %q; want it reached, from the uplink's address", id, res.ExitCode, res.Stdout, res.Stderr)
 		}
+	}
+	// DNS: the sandbox's own proxy answers every name (its agent
+	// forwards 127.0.0.1:53 there), but one that resolves into a blocked
+	// range, and the name is reached directly.
+	if res := curl(ids[0], "http://web.test:8080/"); res.ExitCode != 0 || !strings.HasPrefix(string(res.Stdout), "from=198.51.100.1:") {
+		t.Errorf("the test host by name from an open sandbox: exit %d, %q %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if res := mustExec(t, d, ids[0], client.ExecRequest{Command: "getent hosts private.test"}); res.ExitCode == 0 {
+		t.Errorf("a name resolving into a blocked range resolved in an open sandbox: %q", res.Stdout)
+	}
+	if v, err := d.C.Network(ctx, ids[0]); err != nil || v.Stats == nil || v.Stats.DNSQueries == 0 || v.Stats.Refused == 0 {
+		t.Errorf("open sandbox's network view after lookups: %+v %v; want DNS queries and a refusal counted", v, err)
 	}
 	// A server in the second sandbox, which the second reaches itself.
 	mustExec(t, d, ids[1], client.ExecRequest{Command: "(timeout 60 python3 -m http.server 7070 --bind " + addrs[1] + " >/dev/null 2>&1 &) ; sleep 1"})

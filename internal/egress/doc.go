@@ -45,6 +45,18 @@
 // idle time, handshake time and header sizes, and optionally bandwidth;
 // Stats is a snapshot of the counters.
 //
+// # DNS
+//
+// A plain HTTP request for http://dns.airlock.internal/dns-query (DNSHost,
+// DNSPath) is the proxy's own DNS endpoint (RFC 8484: a POST of one
+// application/dns-message query), answered by the proxy, never
+// forwarded; the sandbox's agent sends every query asked inside to it.
+// A name the policy covers (whatever the entry's ports) gets the A or
+// AAAA records of the addresses its resolver gives, under the
+// resolved-address guard, with a TTL of DNSTTL seconds; any other name
+// gets REFUSED without being resolved, and an Event. Names under
+// airlock.internal are never a destination and cannot be listed.
+//
 // # Credentials
 //
 // A Credential names a header, a stored secret and an exact host: the

@@ -16,6 +16,13 @@ const (
 	ProtoHTTP Protocol = "http"
 	// ProtoSOCKS5 is a SOCKS5 CONNECT tunnel.
 	ProtoSOCKS5 Protocol = "socks5"
+	// ProtoOpen is a flow, or a refused packet, of a sandbox in the open
+	// network mode, which has no proxy: the kernel saw it (see package
+	// opennet), and Host is the destination address (no name is seen).
+	ProtoOpen Protocol = "open"
+	// ProtoDNS is a DNS query the sandbox's agent forwarded to the
+	// proxy's DNS endpoint (DNSHost); only refusals are reported.
+	ProtoDNS Protocol = "dns"
 )
 
 // EndReason says how an allowed connection ended.
@@ -37,7 +44,10 @@ const (
 // Event is the evidence of one egress decision: one per tunnel (CONNECT
 // or SOCKS5), one per forwarded HTTP request, and one per connection
 // refused before it named a destination (over the connection cap, or a
-// malformed handshake). A refusal is reported when it is decided; an
+// malformed handshake), and one per DNS query refused (ProtoDNS: Host is
+// the name asked for, Detail the query type; a query answered is no
+// event, only counted in Stats.DNSQueries, since the connection that
+// may follow is one). A refusal is reported when it is decided; an
 // allowed destination when its connection (or its HTTP exchange) ends,
 // with the bytes moved and the duration. The proxy calls Config.OnEvent
 // with it from the connection's goroutine: the callback must return
@@ -101,4 +111,8 @@ type Stats struct {
 	// while connections are open.
 	BytesUp   int64 `json:"bytes_up"`
 	BytesDown int64 `json:"bytes_down"`
+	// DNSQueries counts DNS queries answered (see DNSHost), refused ones
+	// included; the refused count in Refused too, the others in no
+	// other counter.
+	DNSQueries int64 `json:"dns_queries"`
 }

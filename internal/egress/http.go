@@ -42,6 +42,14 @@ func (s *session) serveHTTP(ctx context.Context) {
 			s.serveConnect(ctx, req, start)
 			return
 		}
+		if isDNSRequest(req) {
+			// The proxy's own DNS endpoint: answered here, never
+			// forwarded (see serveDNS).
+			if !s.serveDNS(ctx, req, start) {
+				return
+			}
+			continue
+		}
 		if !s.forward(ctx, req, start) {
 			return
 		}

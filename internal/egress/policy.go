@@ -74,6 +74,11 @@ func (r *rule) allowsPort(port uint16) bool {
 //	2001:db8::1          one IPv6 address; 2001:db8::/32 a CIDR (no port:
 //	[2001:db8::1]:443    write it in brackets to add one)
 //
+// Names under airlock.internal are the runtime's own (DNSHost, the
+// proxy's DNS endpoint): no entry may name them, and no wildcard covers
+// them. A name entry also lets the sandbox resolve the names it covers
+// (see DNSHost), whatever its ports.
+//
 // A name entry allows connections to that name only; an address entry
 // allows connections to a raw address only. A name is resolved on the
 // host and every address it resolves to is checked again (see CheckAddr):
@@ -146,6 +151,10 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...)
 }
 
+// errReservedName refuses an entry that names the runtime's own names:
+// the proxy's DNS endpoint is never a destination.
+var errReservedName = invalid("names under %s are the sandbox's DNS service (%s), never a destination", reservedDomain, DNSHost)
+
 // parseEntry parses one entry.
 func parseEntry(e string) (*rule, error) {
 	if e == "" {
@@ -173,6 +182,9 @@ func parseEntry(e string) (*rule, error) {
 		if err != nil {
 			return nil, err
 		}
+		if reservedName(name) {
+			return nil, errReservedName
+		}
 		r.kind, r.name = ruleWildcard, name
 		host = "*." + name
 	case strings.Contains(host, "*"):
@@ -191,6 +203,9 @@ func parseEntry(e string) (*rule, error) {
 		name, err := parseName(host)
 		if err != nil {
 			return nil, err
+		}
+		if reservedName(name) {
+			return nil, errReservedName
 		}
 		r.kind, r.name = ruleExact, name
 		host = name
@@ -510,8 +525,12 @@ func (p *Policy) Decide(host string, port uint16) Decision {
 	return p.decideName(t.name, port)
 }
 
-// decideName judges a canonical name.
+// decideName judges a canonical name. Names under reservedDomain are
+// never allowed, whatever wildcard would cover them.
 func (p *Policy) decideName(name string, port uint16) Decision {
+	if reservedName(name) {
+		return refused(ReasonNotListed)
+	}
 	hostMatched := false
 	for _, r := range p.exact[name] {
 		if r.allowsPort(port) {

@@ -34,7 +34,8 @@ type Dialer interface {
 }
 
 // Limits bound what one proxy (one sandbox) may use. Zero fields take
-// their defaults.
+// their defaults. SetLimits changes MaxConns and BandwidthBytesPerSec of
+// a running proxy; the others are fixed when it is made.
 type Limits struct {
 	// MaxConns caps the client connections open at once; one more is
 	// closed at once and reported as ReasonConnLimit. Default 256.
@@ -132,13 +133,21 @@ type Config struct {
 	// Credentials are the headers added to the requests to their
 	// destinations; they need Intercept. Optional.
 	Credentials *Credentials
+	// AnyName makes the DNS endpoint (see DNSHost) answer every name,
+	// not only those the policy lists; the resolved addresses are still
+	// guarded (one the policy does not list explicitly refuses the
+	// name). For a sandbox that reaches addresses itself (network mode
+	// open), whose names come from here. Connections are judged by the
+	// policy as ever.
+	AnyName bool
 }
 
 // Proxy is one sandbox's egress proxy: it serves HTTP CONNECT, plain
 // HTTP forwarding and SOCKS5 on the listeners given to Serve, and lets a
 // client reach only what its Policy allows. One proxy serves one
 // sandbox, so every event it reports is that sandbox's. It is safe for
-// concurrent use; SetPolicy may be called while it serves.
+// concurrent use; SetPolicy, SetCredentials and SetLimits may be called
+// while it serves.
 type Proxy struct {
 	policy atomic.Pointer[Policy]
 	creds  atomic.Pointer[Credentials]
@@ -149,13 +158,17 @@ type Proxy struct {
 	dialer    Dialer
 	onEvent   func(Event)
 	log       *slog.Logger
-	// up limits sandbox-to-destination bytes, down the other way; nil
-	// without a bandwidth cap.
+	anyName   bool // Config.AnyName
+	// up limits sandbox-to-destination bytes, down the other way; their
+	// rate is rate.Inf without a bandwidth cap (see setBandwidth).
 	up, down *rate.Limiter
+	// maxConns is the connection cap in force (limits.MaxConns until
+	// SetLimits changes it); active counts the connections it admitted.
+	maxConns atomic.Int64
+	// limitsMu serialises SetLimits.
+	limitsMu sync.Mutex
 
-	slots chan struct{} // one per open client connection
-
-	conns, active, allowed, refusedN, bytesUp, bytesDown atomic.Int64
+	conns, active, allowed, refusedN, bytesUp, bytesDown, dnsQueries atomic.Int64
 }
 
 // New returns a proxy, or an ErrInvalidArgument error for a bad Config.
@@ -173,8 +186,10 @@ func New(cfg Config) (*Proxy, error) {
 		dialer:   cfg.Dialer,
 		onEvent:  cfg.OnEvent,
 		log:      cfg.Logger,
-		slots:    make(chan struct{}, lim.MaxConns),
+		up:       newLimiter(lim.BandwidthBytesPerSec),
+		down:     newLimiter(lim.BandwidthBytesPerSec),
 	}
+	p.maxConns.Store(int64(lim.MaxConns))
 	if p.resolver == nil {
 		p.resolver = net.DefaultResolver
 	}
@@ -184,11 +199,8 @@ func New(cfg Config) (*Proxy, error) {
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
-	if bw := lim.BandwidthBytesPerSec; bw > 0 {
-		p.up = rate.NewLimiter(rate.Limit(bw), burstFor(bw))
-		p.down = rate.NewLimiter(rate.Limit(bw), burstFor(bw))
-	}
 	p.policy.Store(cfg.Policy)
+	p.anyName = cfg.AnyName
 	if cfg.Intercept != nil {
 		if err := cfg.Intercept.validate(); err != nil {
 			return nil, err
@@ -208,6 +220,89 @@ func burstFor(bw int64) int {
 	return int(min(max(bw/10, 16<<10), copyBufferSize))
 }
 
+// newLimiter is a bandwidth limiter of bw bytes a second. Without a cap
+// (0) it is one all the same, of rate rate.Inf, so that SetLimits can set
+// a cap on connections already open; its burst is then the copy buffer,
+// so that an uncapped write is never split.
+func newLimiter(bw int64) *rate.Limiter {
+	if bw == 0 {
+		return rate.NewLimiter(rate.Inf, copyBufferSize)
+	}
+	return rate.NewLimiter(rate.Limit(bw), burstFor(bw))
+}
+
+// setBandwidth sets the rate of both limiters: bw bytes a second, or no
+// cap when bw is 0. The burst only ever grows (to burstFor(bw)): a writer
+// sizes its chunk to the burst before it waits, and a burst shrunk in
+// between would fail that wait; so a cap lowered on a running proxy
+// keeps the larger burst, at most the copy buffer (128 KiB).
+func (p *Proxy) setBandwidth(bw int64) {
+	r := rate.Inf
+	if bw > 0 {
+		r = rate.Limit(bw)
+	}
+	now := time.Now()
+	for _, l := range []*rate.Limiter{p.up, p.down} {
+		if l.Limit() == r {
+			continue
+		}
+		// The rate first: advancing the bucket under rate.Inf with no
+		// time passed would leave it without tokens to count from.
+		l.SetLimitAt(now, r)
+		if b := burstFor(bw); bw > 0 && b > l.Burst() {
+			l.SetBurstAt(now, b)
+		}
+	}
+}
+
+// SetLimits changes the limits of a running proxy. MaxConns applies at
+// once to the connections accepted afterwards (connections open above a
+// lowered cap stay open) and BandwidthBytesPerSec at once to every
+// connection, open ones included. The other limits are fixed when the
+// proxy is made: l must keep them (zero fields taking their defaults as
+// in New), else it fails with ErrFailedPrecondition and changes nothing.
+func (p *Proxy) SetLimits(l Limits) error {
+	lim, err := l.withDefaults()
+	if err != nil {
+		return err
+	}
+	fixed := p.limits
+	if lim.IdleTimeout != fixed.IdleTimeout || lim.HandshakeTimeout != fixed.HandshakeTimeout ||
+		lim.DialTimeout != fixed.DialTimeout || lim.MaxHeaderBytes != fixed.MaxHeaderBytes {
+		return fmt.Errorf("egress limits: only the connection and bandwidth caps change on a running proxy: %w", errdefs.ErrFailedPrecondition)
+	}
+	p.limitsMu.Lock()
+	defer p.limitsMu.Unlock()
+	p.maxConns.Store(int64(lim.MaxConns))
+	p.setBandwidth(lim.BandwidthBytesPerSec)
+	return nil
+}
+
+// Limits returns the limits in force, defaults filled in.
+func (p *Proxy) Limits() Limits {
+	l := p.limits
+	l.MaxConns = int(p.maxConns.Load())
+	l.BandwidthBytesPerSec = 0
+	if r := p.up.Limit(); r != rate.Inf {
+		l.BandwidthBytesPerSec = int64(r)
+	}
+	return l
+}
+
+// takeSlot admits one more client connection, unless the cap in force
+// is reached.
+func (p *Proxy) takeSlot() bool {
+	for {
+		n := p.active.Load()
+		if n >= p.maxConns.Load() {
+			return false
+		}
+		if p.active.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
 // SetPolicy replaces the allowlist. It applies at once to every
 // destination asked for afterwards (new tunnels, and each further HTTP
 // request on a kept-alive connection); tunnels already open stay open.
@@ -225,12 +320,13 @@ func (p *Proxy) Policy() *Policy { return p.policy.Load() }
 // Stats returns a snapshot of the counters.
 func (p *Proxy) Stats() Stats {
 	return Stats{
-		Conns:     p.conns.Load(),
-		Active:    p.active.Load(),
-		Allowed:   p.allowed.Load(),
-		Refused:   p.refusedN.Load(),
-		BytesUp:   p.bytesUp.Load(),
-		BytesDown: p.bytesDown.Load(),
+		Conns:      p.conns.Load(),
+		Active:     p.active.Load(),
+		Allowed:    p.allowed.Load(),
+		Refused:    p.refusedN.Load(),
+		BytesUp:    p.bytesUp.Load(),
+		BytesDown:  p.bytesDown.Load(),
+		DNSQueries: p.dnsQueries.Load(),
 	}
 }
 
@@ -271,18 +367,15 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		backoff = 0
 		p.conns.Add(1)
-		select {
-		case p.slots <- struct{}{}:
-		default:
+		if !p.takeSlot() {
 			c.Close()
 			p.report(&Event{Start: time.Now(), Reason: ReasonConnLimit})
 			continue
 		}
-		p.active.Add(1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { <-p.slots; p.active.Add(-1) }()
+			defer p.active.Add(-1)
 			p.handle(ctx, c)
 		}()
 	}

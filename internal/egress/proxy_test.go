@@ -1017,7 +1017,7 @@ func TestNewValidates(t *testing.T) {
 		t.Fatal(err)
 	}
 	if l := p.limits; l.MaxConns != DefaultMaxConns || l.IdleTimeout != DefaultIdleTimeout || l.HandshakeTimeout != DefaultHandshakeTimeout ||
-		l.DialTimeout != DefaultDialTimeout || l.MaxHeaderBytes != DefaultMaxHeaderBytes || p.up != nil {
+		l.DialTimeout != DefaultDialTimeout || l.MaxHeaderBytes != DefaultMaxHeaderBytes || p.Limits().BandwidthBytesPerSec != 0 {
 		t.Errorf("defaults %+v", l)
 	}
 }

@@ -17,6 +17,11 @@
 // chains hook forward, input and postrouting with policy accept and
 // match only al-* interfaces, so the host's other traffic is untouched.
 //
+// The Router also keeps the evidence of the open mode (see evidence.go):
+// each flow a sandbox begins, from the connection tracker's events, and
+// each packet the table refuses, from its nflog group, become
+// egress.Events for the sink OnEvent sets, and counters (Stats).
+//
 // Without an uplink in its Config, or when nftables is not usable, New
 // fails: the open mode is then refused, never given unfiltered.
 package opennet

@@ -11,12 +11,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
@@ -33,6 +35,12 @@ type Config struct {
 	// /run/netns/airlock) that holds the host ends, the uplink and the
 	// table; the daemon's own namespace if empty.
 	NetNS string
+	// LogGroup is the nflog group refused packets are logged to, read
+	// by the Router only; DefaultLogGroup if zero.
+	LogGroup uint16
+	// MaxFlows and MaxFlowsPerSandbox cap the open flows the Router
+	// tracks (see DefaultMaxFlows); the defaults if zero.
+	MaxFlows, MaxFlowsPerSandbox int
 }
 
 // Router plugs open sandboxes into the router namespace. Its methods are
@@ -43,6 +51,8 @@ type Router struct {
 	ns   netns.NsHandle // the router's namespace
 	nl   *netlink.Handle
 	nft  *nftables.Conn
+	led  *ledger  // the evidence: counters, open flows
+	mon  *monitor // reads the evidence from the kernel
 	mu   sync.Mutex
 	pool *Pool
 	sbx  map[string]*attached // by sandbox ID
@@ -52,17 +62,23 @@ type Router struct {
 type attached struct {
 	lease Lease
 	link  string
+	index int // the host end's interface index
 	allow []netip.Prefix
 }
 
 // New checks cfg, opens the router namespace, enables forwarding on the
 // uplink, learns the veths a previous daemon left (Prune removes those no
-// sandbox claims) and installs the table. It fails, and the open mode is
-// then refused, when the uplink is missing or nftables cannot be
-// programmed.
+// sandbox claims), starts reading the evidence (connection tracking
+// events, with accounting and timestamps turned on in the namespace, and
+// the table's nflog group) and installs the table. It fails, and the
+// open mode is then refused, when the uplink is missing, nftables cannot
+// be programmed or the evidence cannot be read.
 func New(cfg Config, log *slog.Logger) (*Router, error) {
 	if cfg.Uplink == "" {
 		return nil, fmt.Errorf("open network: no uplink interface is configured: %w", errdefs.ErrFailedPrecondition)
+	}
+	if cfg.LogGroup == 0 {
+		cfg.LogGroup = DefaultLogGroup
 	}
 	if len(cfg.Uplink) >= unix.IFNAMSIZ || strings.HasPrefix(cfg.Uplink, linkPrefix) {
 		return nil, fmt.Errorf("open network: uplink %q is not a usable interface name: %w", cfg.Uplink, errdefs.ErrInvalidArgument)
@@ -74,7 +90,8 @@ func New(cfg Config, log *slog.Logger) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Router{cfg: cfg, log: log, pool: pool, sbx: map[string]*attached{}}
+	r := &Router{cfg: cfg, log: log, pool: pool, sbx: map[string]*attached{},
+		led: newLedger(log, cfg.MaxFlows, cfg.MaxFlowsPerSandbox)}
 	if cfg.NetNS != "" {
 		r.ns, err = netns.GetFromPath(cfg.NetNS)
 	} else {
@@ -112,6 +129,12 @@ func New(cfg Config, log *slog.Logger) (*Router, error) {
 	if err := r.learn(); err != nil {
 		return nil, err
 	}
+	for id, a := range r.sbx {
+		r.led.attach(id, a.lease.Addr, a.index)
+	}
+	if err := r.evidence(); err != nil {
+		return nil, err
+	}
 	if err := r.applyLocked(); err != nil {
 		return nil, err
 	}
@@ -119,9 +142,45 @@ func New(cfg Config, log *slog.Logger) (*Router, error) {
 	return r, nil
 }
 
+// evidence turns on the connection tracker's byte counters and
+// timestamps in the router's namespace (for the flows that begin from
+// now on) and starts the monitor.
+func (r *Router) evidence() error {
+	err := r.inNS(func() error {
+		for _, k := range []string{"nf_conntrack_acct", "nf_conntrack_timestamp"} {
+			if err := os.WriteFile("/proc/sys/net/netfilter/"+k, []byte("1"), 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("open network: connection tracking accounting: %w", err)
+	}
+	if r.mon, err = startMonitor(int(r.ns), r.cfg.LogGroup, r.led, r.log); err != nil {
+		return fmt.Errorf("open network: evidence: %w", err)
+	}
+	return nil
+}
+
+// OnEvent makes f receive the evidence of every attached sandbox from now
+// on: one egress.Event (Protocol egress.ProtoOpen) per flow when it ends
+// and per refused packet recorded (see Sink).
+func (r *Router) OnEvent(f Sink) { r.led.setSink(f) }
+
+// Stats returns sandbox id's counters since it was attached (or adopted
+// by this Router): flows begun (Conns, Allowed), flows open and tracked
+// (Active), packets refused (Refused, the unrecorded included), and the
+// IP bytes (headers included) of the flows ended, each way.
+func (r *Router) Stats(id string) (egress.Stats, bool) { return r.led.stats(id) }
+
 // Close releases the Router's handles; the veths and the table stay (the
-// sandboxes keep their network across a daemon restart).
+// sandboxes keep their network across a daemon restart), and so do their
+// flows: a flow open now is reported by the next Router when it ends.
 func (r *Router) Close() {
+	if r.mon != nil {
+		r.mon.close()
+	}
 	if r.nl != nil {
 		r.nl.Close()
 	}
@@ -164,7 +223,7 @@ func (r *Router) learn() error {
 			}
 			continue
 		}
-		r.sbx[id] = &attached{lease: lease, link: name}
+		r.sbx[id] = &attached{lease: lease, link: name, index: l.Attrs().Index}
 	}
 	return nil
 }
@@ -197,6 +256,7 @@ func (r *Router) Attach(id string, ns *os.File, allow []netip.Prefix) (Lease, er
 			a.allow = prev
 			return Lease{}, err
 		}
+		r.led.attach(id, a.lease.Addr, a.index)
 		return a.lease, nil
 	}
 	lease, err := r.pool.Allocate(id)
@@ -216,6 +276,7 @@ func (r *Router) Attach(id string, ns *os.File, allow []netip.Prefix) (Lease, er
 		r.pool.Release(id)
 		return Lease{}, err
 	}
+	r.led.attach(id, lease.Addr, a.index)
 	return lease, nil
 }
 
@@ -236,6 +297,7 @@ func (r *Router) plug(id string, a *attached, ns *os.File) error {
 	if err := r.nl.LinkSetAlias(host, id); err != nil {
 		return err
 	}
+	a.index = host.Attrs().Index
 	if err := r.nl.AddrAdd(host, &netlink.Addr{IPNet: ipNet(a.lease.Gateway, 30)}); err != nil {
 		return fmt.Errorf("host address: %w", err)
 	}
@@ -285,14 +347,27 @@ func (r *Router) unplug(link string) error {
 	return r.nl.LinkDel(l)
 }
 
-// Detach removes sandbox id's veth, rules and lease. Detaching a sandbox
-// that is not attached does nothing.
+// Detach removes sandbox id's veth, rules and lease, and reports its
+// flows still open (egress.EndShutdown, with the bytes they moved so far);
+// its counters are gone. Detaching a sandbox that is not attached does
+// nothing.
 func (r *Router) Detach(id string) error {
+	detached, err := r.detach(id)
+	if err != nil || !detached {
+		return err
+	}
+	now := time.Now()
+	r.mon.report(r.led.detach(id, now), now)
+	return nil
+}
+
+// detach is Detach but for the evidence.
+func (r *Router) detach(id string) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	a, ok := r.sbx[id]
 	if !ok {
-		return nil
+		return false, nil
 	}
 	// The rules go first: the address is not reused while they name it.
 	delete(r.sbx, id)
@@ -302,10 +377,10 @@ func (r *Router) Detach(id string) error {
 	}
 	if err != nil {
 		r.sbx[id] = a
-		return err
+		return false, err
 	}
 	r.pool.Release(id)
-	return nil
+	return true, nil
 }
 
 // Prune detaches every sandbox keep does not claim: what a previous
@@ -349,7 +424,9 @@ func (r *Router) applyLocked() error {
 		a := r.sbx[id]
 		members = append(members, member{link: a.link, addr: a.lease.Addr, allow: a.allow})
 	}
-	program(r.nft, ruleset(r.cfg.Uplink, r.pool.Prefix(), members))
+	if err := program(r.nft, ruleset(r.cfg.Uplink, r.pool.Prefix(), r.cfg.LogGroup, members)); err != nil {
+		return fmt.Errorf("open network: nftables: %w", err)
+	}
 	if err := r.nft.Flush(); err != nil {
 		return fmt.Errorf("open network: nftables: %w: %v", errdefs.ErrUnavailable, err)
 	}

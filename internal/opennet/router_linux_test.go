@@ -311,7 +311,7 @@ func assertEmpty(t *testing.T, tp topology, r *Router, sandboxes ...*os.File) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := countChain(ruleset(tp.cfg.Uplink, r.Pool(), nil), chainFrom); len(rules) != want {
+	if want := countChain(ruleset(tp.cfg.Uplink, r.Pool(), DefaultLogGroup, nil), chainFrom); len(rules) != want {
 		t.Errorf("%s has %d rules; want %d (none for a sandbox)", chainFrom, len(rules), want)
 	}
 }

@@ -8,14 +8,17 @@ import (
 	"net/netip"
 	"os"
 
+	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
 // Config configures a Router (see the Linux build).
 type Config struct {
-	Uplink string
-	Pool   netip.Prefix
-	NetNS  string
+	Uplink                       string
+	Pool                         netip.Prefix
+	NetNS                        string
+	LogGroup                     uint16
+	MaxFlows, MaxFlowsPerSandbox int
 }
 
 // Router is Linux-only.
@@ -34,3 +37,7 @@ func (r *Router) Attach(id string, ns *os.File, allow []netip.Prefix) (Lease, er
 func (r *Router) Detach(string) error           { return nil }
 func (r *Router) Prune(func(string) bool) error { return nil }
 func (r *Router) Attached(string) (Lease, bool) { return Lease{}, false }
+func (r *Router) OnEvent(Sink)                  {}
+func (r *Router) Stats(string) (egress.Stats, bool) {
+	return egress.Stats{}, false
+}

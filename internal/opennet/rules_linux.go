@@ -1,8 +1,10 @@
 package opennet
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -19,6 +21,25 @@ const (
 	chainNAT     = "postrouting" // base: hook postrouting, nat
 	chainFrom    = "from_sandbox"
 	chainTo      = "to_sandbox"
+	// chainRefuse prefixes the chains that log (see refuse) and drop
+	// what a sandbox may not send, one per refusal code.
+	chainRefuse = "refuse_"
+)
+
+// setRefusers is the meter that rate-limits refusal logging per host
+// end: a dynamic set of interface names, each with its own limit.
+const setRefusers = "refusers"
+
+// The kernel's bound on refusal logging: per sandbox (host end), at most
+// refuseLogRate packets a second, refuseLogBurst at once, reach the
+// Monitor; beyond that packets are still dropped, unlogged. The
+// Monitor's own per-sandbox limit on audit records is lower.
+const (
+	refuseLogRate  = 50
+	refuseLogBurst = 100
+	// refuseSnaplen is how much of a refused packet is logged: the IPv4
+	// header (60 bytes at most) and the ports.
+	refuseSnaplen = 64
 )
 
 // match is one condition of a rule, as nftables expressions and as the
@@ -164,6 +185,28 @@ func jump(chain string) match {
 	return match{"jump " + chain, []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: chain}}}
 }
 
+// refuse drops a packet a sandbox may not send, as evidence: it goes to
+// the chain of code, which logs it (rate-limited) to the Monitor's
+// nflog group and drops it.
+func refuse(code refusalCode) match {
+	chain := chainRefuse + string(code)
+	return match{"goto " + chain, []expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}}}
+}
+
+// refuseLog logs a packet to the nflog group with code as prefix, within
+// the per-interface meter's limit (a packet over it ends the rule
+// unlogged).
+func refuseLog(code refusalCode, group uint16) match {
+	return match{fmt.Sprintf(`update @%s { iifname limit rate %d/second burst %d packets } log prefix "%s" group %d snaplen %d`,
+		setRefusers, refuseLogRate, refuseLogBurst, code, group, refuseSnaplen), []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Dynset{SrcRegKey: 1, SetName: setRefusers, Operation: unix.NFT_DYNSET_OP_UPDATE,
+			Exprs: []expr.Any{&expr.Limit{Type: expr.LimitTypePkts, Rate: refuseLogRate, Unit: expr.LimitTimeSecond, Burst: refuseLogBurst}}},
+		&expr.Log{Key: 1<<unix.NFTA_LOG_GROUP | 1<<unix.NFTA_LOG_PREFIX | 1<<unix.NFTA_LOG_SNAPLEN,
+			Group: group, Data: []byte(code), Snaplen: refuseSnaplen},
+	}}
+}
+
 // member is one sandbox as the table sees it.
 type member struct {
 	link  string
@@ -172,9 +215,15 @@ type member struct {
 }
 
 // ruleset is the table's rules for uplink, pool and the sandboxes, in
-// order, chain by chain.
-func ruleset(uplink string, pool netip.Prefix, members []member) []rule {
-	rs := []rule{
+// order, chain by chain; refused packets are logged to nflog group.
+func ruleset(uplink string, pool netip.Prefix, group uint16, members []member) []rule {
+	var rs []rule
+	for _, code := range refusalCodes {
+		rs = append(rs,
+			rule{chain: chainRefuse + string(code), verdict: refuseLog(code, group)},
+			rule{chain: chainRefuse + string(code), verdict: drop})
+	}
+	rs = append(rs, []rule{
 		// The forward hook: only traffic from or to a host end is ours.
 		{chain: chainForward, matches: []match{iifSandbox()}, verdict: jump(chainFrom)},
 		{chain: chainForward, matches: []match{oifSandbox()}, verdict: jump(chainTo)},
@@ -182,12 +231,12 @@ func ruleset(uplink string, pool netip.Prefix, members []member) []rule {
 		{chain: chainTo, matches: []match{ctEstablished()}, verdict: accept},
 		{chain: chainTo, verdict: drop},
 		// Out of a sandbox: IPv4, out of the uplink, never to the pool.
-		{chain: chainFrom, matches: []match{notIPv4()}, verdict: drop},
-		{chain: chainFrom, matches: []match{oifIsNot(uplink)}, verdict: drop},
-		{chain: chainFrom, matches: []match{daddrIn(pool)}, verdict: drop},
-	}
+		{chain: chainFrom, matches: []match{notIPv4()}, verdict: refuse(refusedIPv6)},
+		{chain: chainFrom, matches: []match{oifIsNot(uplink)}, verdict: refuse(refusedRoute)},
+		{chain: chainFrom, matches: []match{daddrIn(pool)}, verdict: refuse(refusedSandbox)},
+	}...)
 	for _, m := range members {
-		rs = append(rs, rule{chain: chainFrom, matches: []match{iifIs(m.link), saddrIsNot(m.addr)}, verdict: drop})
+		rs = append(rs, rule{chain: chainFrom, matches: []match{iifIs(m.link), saddrIsNot(m.addr)}, verdict: refuse(refusedSpoof)})
 	}
 	for _, m := range members {
 		for _, p := range m.allow {
@@ -195,23 +244,26 @@ func ruleset(uplink string, pool netip.Prefix, members []member) []rule {
 		}
 	}
 	for _, p := range Blocked {
-		rs = append(rs, rule{chain: chainFrom, matches: []match{daddrIn(p)}, verdict: drop})
+		rs = append(rs, rule{chain: chainFrom, matches: []match{daddrIn(p)}, verdict: refuse(refusedBlocked)})
 	}
 	for _, m := range members {
 		rs = append(rs, rule{chain: chainFrom, matches: []match{iifIs(m.link), saddrIs(m.addr)}, verdict: accept})
 	}
 	return append(rs,
 		// An interface the table does not know (an orphan) gets nothing.
-		rule{chain: chainFrom, verdict: drop},
+		rule{chain: chainFrom, verdict: refuse(refusedOrphan)},
 		// Nothing of the router is a sandbox's to reach.
-		rule{chain: chainInput, matches: []match{iifSandbox()}, verdict: drop},
+		rule{chain: chainInput, matches: []match{iifSandbox()}, verdict: refuse(refusedHost)},
 		rule{chain: chainNAT, matches: []match{oifIs(uplink), isIPv4(), saddrIn(pool)}, verdict: masq},
 	)
 }
 
+// refusersSize bounds the meter's entries.
+const refusersSize = 65536
+
 // program writes the whole table, replacing any previous one, into c's
 // batch; the caller flushes it (one transaction).
-func program(c *nftables.Conn, rs []rule) {
+func program(c *nftables.Conn, rs []rule) error {
 	t := &nftables.Table{Name: tableName, Family: nftables.TableFamilyINet}
 	// Add first so that the delete finds it when there was none.
 	c.AddTable(t)
@@ -228,7 +280,18 @@ func program(c *nftables.Conn, rs []rule) {
 		chainFrom: c.AddChain(&nftables.Chain{Name: chainFrom, Table: t}),
 		chainTo:   c.AddChain(&nftables.Chain{Name: chainTo, Table: t}),
 	}
+	for _, code := range refusalCodes {
+		chains[chainRefuse+string(code)] = c.AddChain(&nftables.Chain{Name: chainRefuse + string(code), Table: t})
+	}
+	// The meter: one limit per host end that refused packets came in
+	// on, forgotten a minute after its last; no more entries than the
+	// pool could have interfaces.
+	if err := c.AddSet(&nftables.Set{Table: t, Name: setRefusers, KeyType: nftables.TypeIFName,
+		Dynamic: true, HasTimeout: true, Timeout: time.Minute, Size: refusersSize}, nil); err != nil {
+		return err
+	}
 	for _, r := range rs {
 		c.AddRule(&nftables.Rule{Table: t, Chain: chains[r.chain], Exprs: r.exprs()})
 	}
+	return nil
 }

@@ -134,6 +134,7 @@ func New(rt runtime.Runtime, templates *template.Registry, cfg Config, log *slog
 			m.pools[name] = &pool{template: name, size: n, wake: make(chan struct{}, 1)}
 		}
 	}
+	m.subscribeOpen()
 	return m, nil
 }
 
@@ -208,6 +209,9 @@ func (m *Manager) Close(ctx context.Context) error {
 func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 	rs, err := m.cfg.resolve(spec, m.templates)
 	if err != nil {
+		return Sandbox{}, err
+	}
+	if err := m.checkNetworkLimits(rs.network.Limits); err != nil {
 		return Sandbox{}, err
 	}
 	if err := m.checkCredentials(ctx, spec.Owner, rs.network); err != nil {

@@ -43,6 +43,9 @@ type Network struct {
 	// the sandbox's tenant, to requests to one allowed host (see
 	// egress.Credential and EgressCredentials); allowlist mode only.
 	Credentials []egress.Credential `json:"credentials,omitempty"`
+	// Limits bound the sandbox's proxy below the daemon's limits (see
+	// NetworkLimits); allowlist mode only.
+	Limits NetworkLimits `json:"limits,omitzero"`
 }
 
 // resolve validates n and returns it in canonical form, with its policy
@@ -50,8 +53,8 @@ type Network struct {
 func (n Network) resolve() (Network, *egress.Policy, error) {
 	switch n.Mode {
 	case "", NetworkNone:
-		if len(n.Allow) > 0 || len(n.Credentials) > 0 {
-			return Network{}, nil, fmt.Errorf("network.allow and network.credentials need network mode %q: %w", NetworkAllowlist, errdefs.ErrInvalidArgument)
+		if len(n.Allow) > 0 || len(n.Credentials) > 0 || n.Limits != (NetworkLimits{}) {
+			return Network{}, nil, fmt.Errorf("network.allow, network.credentials and network.limits need network mode %q: %w", NetworkAllowlist, errdefs.ErrInvalidArgument)
 		}
 		return Network{Mode: NetworkNone}, nil, nil
 	case NetworkAllowlist:
@@ -63,10 +66,13 @@ func (n Network) resolve() (Network, *egress.Policy, error) {
 		if err != nil {
 			return Network{}, nil, err
 		}
-		return Network{Mode: NetworkAllowlist, Allow: pol.Entries(), Credentials: cs.List()}, pol, nil
+		if err := n.Limits.check(); err != nil {
+			return Network{}, nil, err
+		}
+		return Network{Mode: NetworkAllowlist, Allow: pol.Entries(), Credentials: cs.List(), Limits: n.Limits}, pol, nil
 	case NetworkOpen:
-		if len(n.Credentials) > 0 {
-			return Network{}, nil, fmt.Errorf("network.credentials need network mode %q: %w", NetworkAllowlist, errdefs.ErrInvalidArgument)
+		if len(n.Credentials) > 0 || n.Limits != (NetworkLimits{}) {
+			return Network{}, nil, fmt.Errorf("network.credentials and network.limits need network mode %q: %w", NetworkAllowlist, errdefs.ErrInvalidArgument)
 		}
 		allow, err := opennet.ParseAllow(n.Allow)
 		if err != nil {
@@ -86,7 +92,8 @@ func (n Network) resolve() (Network, *egress.Policy, error) {
 }
 
 // ValidateNetwork reports whether n is a network policy the manager
-// accepts, with the error Create and SetNetwork would return.
+// accepts, with the error Create and SetNetwork would return (but for
+// what depends on the daemon: see Manager.CheckNetwork).
 func ValidateNetwork(n Network) error {
 	_, _, err := n.resolve()
 	return err
@@ -95,7 +102,8 @@ func ValidateNetwork(n Network) error {
 // EgressConfig configures the sandboxes' egress proxies.
 type EgressConfig struct {
 	// Limits bound each sandbox's proxy (egress.Limits; zero fields take
-	// its defaults).
+	// its defaults). MaxConns, BandwidthBytesPerSec and IdleTimeout are
+	// also the ceilings of a sandbox's own (Network.Limits).
 	Limits egress.Limits
 	// Events, if set, receives every decision of every proxy, with the
 	// sandbox it was made for. It is called from the proxy's connection
@@ -149,9 +157,10 @@ type netState struct {
 
 // egressRun is one running proxy.
 type egressRun struct {
-	proxy  *egress.Proxy
-	cancel context.CancelFunc
-	done   chan struct{}
+	proxy   *egress.Proxy
+	anyName bool // egress.Config.AnyName: the DNS of an open sandbox
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
 // stop ends the proxy (its listener, which removes the socket, and every
@@ -164,9 +173,11 @@ func (r *egressRun) stop() {
 	}
 }
 
-// startEgressLocked starts rec's proxy with pol. Call with rec.net.mu held
-// and no proxy running.
-func (m *Manager) startEgressLocked(rec *record, pol *egress.Policy, creds *egress.Credentials) error {
+// startEgressLocked starts rec's proxy with pol, creds and the network
+// limits lim; with anyName, its DNS endpoint answers every name (an
+// open sandbox's, see openPolicy). Call with rec.net.mu held and no
+// proxy running.
+func (m *Manager) startEgressLocked(rec *record, pol *egress.Policy, creds *egress.Credentials, lim NetworkLimits, anyName bool) error {
 	id, owner := rec.sb.ID, rec.sb.Owner
 	if rec.net.closed {
 		return fmt.Errorf("sandbox %s is ending: %w", id, errdefs.ErrFailedPrecondition)
@@ -181,7 +192,7 @@ func (m *Manager) startEgressLocked(rec *record, pol *egress.Policy, creds *egre
 	}
 	px, err := egress.New(egress.Config{
 		Policy:   pol,
-		Limits:   m.cfg.Egress.Limits,
+		Limits:   m.cfg.Egress.EgressLimits(lim),
 		Resolver: m.cfg.Egress.Resolver,
 		OnEvent:  onEvent,
 		Logger:   m.log.With("sandbox", id, "component", "egress"),
@@ -189,6 +200,7 @@ func (m *Manager) startEgressLocked(rec *record, pol *egress.Policy, creds *egre
 		// PATCH may add credentials to a running sandbox.
 		Intercept:   m.interception(owner),
 		Credentials: creds,
+		AnyName:     anyName,
 	})
 	if err != nil {
 		return err
@@ -198,7 +210,7 @@ func (m *Manager) startEgressLocked(rec *record, pol *egress.Policy, creds *egre
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	run := &egressRun{proxy: px, cancel: cancel, done: make(chan struct{})}
+	run := &egressRun{proxy: px, anyName: anyName, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(run.done)
 		if err := px.Serve(ctx, ln); err != nil {
@@ -210,17 +222,56 @@ func (m *Manager) startEgressLocked(rec *record, pol *egress.Policy, creds *egre
 }
 
 // startEgress starts the proxy of a sandbox being created or adopted in
-// allowlist mode.
-func (m *Manager) startEgress(rec *record, pol *egress.Policy, creds *egress.Credentials) error {
+// allowlist mode, or (anyName) the DNS proxy of one in open mode.
+func (m *Manager) startEgress(rec *record, pol *egress.Policy, creds *egress.Credentials, lim NetworkLimits, anyName bool) error {
 	rec.net.mu.Lock()
 	defer rec.net.mu.Unlock()
 	if rec.net.run != nil {
-		if err := rec.net.run.proxy.SetCredentials(creds); err != nil {
-			return err
-		}
-		return rec.net.run.proxy.SetPolicy(pol)
+		return m.updateEgressLocked(rec, pol, creds, lim, anyName)
 	}
-	return m.startEgressLocked(rec, pol, creds)
+	return m.startEgressLocked(rec, pol, creds, lim, anyName)
+}
+
+// openPolicy is the policy of an open sandbox's proxy, which serves it
+// DNS only (egress.Config.AnyName): every name is answered, but one that
+// resolves to a guarded address (private, loopback, metadata...) is
+// refused unless n lists its range, as the open network's rules would
+// refuse the packets. Its connections are refused but to the ranges n
+// lists, which the sandbox reaches directly anyway; no proxy variables
+// point at it (networkEnv).
+func openPolicy(n Network) (*egress.Policy, error) {
+	return egress.ParsePolicy(n.Allow)
+}
+
+// startOpenDNS starts the DNS proxy of rec, plugged into the open
+// network with n.
+func (m *Manager) startOpenDNS(rec *record, n Network) error {
+	pol, err := openPolicy(n)
+	if err != nil {
+		return err
+	}
+	return m.startEgress(rec, pol, nil, NetworkLimits{}, true)
+}
+
+// updateEgressLocked gives rec's running proxy pol, creds and the limits
+// lim. The connection and bandwidth caps change in place; a changed idle
+// timeout, fixed in a running proxy, restarts it (its connections are
+// cut and its counters start again). Call with rec.net.mu held.
+func (m *Manager) updateEgressLocked(rec *record, pol *egress.Policy, creds *egress.Credentials, lim NetworkLimits, anyName bool) error {
+	px := rec.net.run.proxy
+	want := m.cfg.Egress.EgressLimits(lim)
+	if px.Limits().IdleTimeout != want.IdleTimeout || rec.net.run.anyName != anyName {
+		rec.net.run.stop()
+		rec.net.run = nil
+		return m.startEgressLocked(rec, pol, creds, lim, anyName)
+	}
+	if err := px.SetLimits(want); err != nil {
+		return err
+	}
+	if err := px.SetCredentials(creds); err != nil {
+		return err
+	}
+	return px.SetPolicy(pol)
 }
 
 // stopEgress stops rec's proxy for good: the sandbox is ending, or the
@@ -248,9 +299,14 @@ func (m *Manager) createEgress(ctx context.Context, sb Sandbox, err error, pol *
 	if rec == nil {
 		return Sandbox{}, notFound(sb.ID)
 	}
-	start := func() error { return m.startEgress(rec, pol, credsOf(sb.Network)) }
+	start := func() error { return m.startEgress(rec, pol, credsOf(sb.Network), sb.Network.Limits, false) }
 	if pol == nil {
-		start = func() error { return m.attachOpen(rec, sb.Network) }
+		start = func() error {
+			if err := m.attachOpen(rec, sb.Network); err != nil {
+				return err
+			}
+			return m.startOpenDNS(rec, sb.Network)
+		}
 	}
 	if err := start(); err != nil {
 		m.log.Error("starting the network of a new sandbox", "sandbox", sb.ID, "mode", sb.Network.Mode, "err", err)
@@ -273,6 +329,9 @@ func (m *Manager) adoptEgress(rec *record, n *Network) {
 		if err := m.attachOpen(rec, *n); err != nil {
 			m.log.Error("attaching an adopted sandbox to the open network", "sandbox", rec.sb.ID, "err", err)
 		}
+		if err := m.startOpenDNS(rec, *n); err != nil {
+			m.log.Error("restarting the DNS proxy of an adopted open sandbox", "sandbox", rec.sb.ID, "err", err)
+		}
 		return
 	}
 	if n == nil || n.Mode != NetworkAllowlist {
@@ -280,7 +339,7 @@ func (m *Manager) adoptEgress(rec *record, n *Network) {
 	}
 	_, pol, err := n.resolve()
 	if err == nil {
-		err = m.startEgress(rec, pol, credsOf(*n))
+		err = m.startEgress(rec, pol, credsOf(*n), n.Limits, false)
 	}
 	if err != nil {
 		// The sandbox keeps running with no way out; a PATCH of its
@@ -292,7 +351,10 @@ func (m *Manager) adoptEgress(rec *record, n *Network) {
 // SetNetwork changes the network policy of a running sandbox: from none
 // to allowlist its proxy starts, from allowlist to none it stops (open
 // connections are cut), and a changed allowlist applies at once to every
-// destination asked for afterwards (connections already open stay). The
+// destination asked for afterwards (connections already open stay).
+// Changed limits apply at once: the connection cap to connections made
+// afterwards, the bandwidth cap to open ones too; a changed idle timeout
+// restarts the proxy (see updateEgressLocked). The
 // proxy variables reach the processes started afterwards; processes
 // already running keep the environment they started with. The policy is
 // persisted for a restarted daemon.
@@ -300,6 +362,15 @@ func (m *Manager) SetNetwork(ctx context.Context, id string, n Network) (Sandbox
 	n, pol, err := n.resolve()
 	if err != nil {
 		return Sandbox{}, err
+	}
+	if err := m.checkNetworkLimits(n.Limits); err != nil {
+		return Sandbox{}, err
+	}
+	anyName := n.Mode == NetworkOpen
+	if anyName {
+		if pol, err = openPolicy(n); err != nil {
+			return Sandbox{}, err
+		}
 	}
 	rec, done, err := m.acquire(id)
 	if err != nil {
@@ -335,14 +406,11 @@ func (m *Manager) SetNetwork(ctx context.Context, id string, n Network) (Sandbox
 		rec.net.run.stop()
 		rec.net.run = nil
 	case pol != nil && rec.net.run != nil:
-		if err := rec.net.run.proxy.SetCredentials(creds); err != nil {
-			return Sandbox{}, err
-		}
-		if err := rec.net.run.proxy.SetPolicy(pol); err != nil {
-			return Sandbox{}, err
+		if err := m.updateEgressLocked(rec, pol, creds, n.Limits, anyName); err != nil {
+			return Sandbox{}, publicErr("change the sandbox's egress proxy", err)
 		}
 	case pol != nil:
-		if err := m.startEgressLocked(rec, pol, creds); err != nil {
+		if err := m.startEgressLocked(rec, pol, creds, n.Limits, anyName); err != nil {
 			return Sandbox{}, publicErr("start the sandbox's egress proxy", err)
 		}
 	}
@@ -360,7 +428,8 @@ func (m *Manager) SetNetwork(ctx context.Context, id string, n Network) (Sandbox
 	return sb, nil
 }
 
-// NetworkStats returns the counters of the sandbox's egress proxy; ok is
+// NetworkStats returns the counters of the sandbox's egress proxy, or in
+// open mode those of the open network (see opennet.Router.Stats); ok is
 // false when it has none (mode none).
 func (m *Manager) NetworkStats(id string) (stats egress.Stats, ok bool, err error) {
 	m.mu.Lock()
@@ -371,10 +440,20 @@ func (m *Manager) NetworkStats(id string) (stats egress.Stats, ok bool, err erro
 	}
 	rec.net.mu.Lock()
 	defer rec.net.mu.Unlock()
-	if rec.net.run == nil {
+	run := rec.net.run
+	if st, ok := m.openStats(id); ok {
+		// An open sandbox's DNS proxy adds its queries and refusals.
+		if run != nil && run.anyName {
+			dns := run.proxy.Stats()
+			st.DNSQueries += dns.DNSQueries
+			st.Refused += dns.Refused
+		}
+		return st, true, nil
+	}
+	if run == nil || run.anyName {
 		return egress.Stats{}, false, nil
 	}
-	return rec.net.run.proxy.Stats(), true, nil
+	return run.proxy.Stats(), true, nil
 }
 
 // cloneNetwork copies n's lists.

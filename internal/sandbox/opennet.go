@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 
+	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/opennet"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
@@ -13,14 +14,63 @@ import (
 // OpenNetwork plugs sandboxes in NetworkOpen mode into a routed network
 // (opennet.Router). Attach gives a sandbox its interface and address, or
 // updates what it lists when it has them; Detach removes them; Prune
-// removes those of every sandbox keep does not claim.
+// removes those of every sandbox keep does not claim; Attached reports a
+// sandbox's lease. Its evidence: OnEvent makes a sink receive an
+// egress.Event per flow ended and per refusal recorded, and Stats gives a
+// sandbox's counters.
 type OpenNetwork interface {
 	Attach(id string, ns *os.File, allow []netip.Prefix) (opennet.Lease, error)
 	Detach(id string) error
 	Prune(keep func(id string) bool) error
+	Attached(id string) (opennet.Lease, bool)
+	OnEvent(f opennet.Sink)
+	Stats(id string) (egress.Stats, bool)
 }
 
 var _ OpenNetwork = (*opennet.Router)(nil)
+
+// subscribeOpen sends the open network's evidence, with each sandbox's
+// tenant, where the proxies' goes (EgressConfig.Events).
+func (m *Manager) subscribeOpen() {
+	if m.cfg.OpenNetwork == nil || m.cfg.Egress.Events == nil {
+		return
+	}
+	f := m.cfg.Egress.Events
+	m.cfg.OpenNetwork.OnEvent(func(id string, ev egress.Event) {
+		m.mu.Lock()
+		var owner string
+		if rec := m.records[id]; rec != nil {
+			owner = rec.sb.Owner
+		}
+		m.mu.Unlock()
+		f(EgressEvent{Sandbox: id, Owner: owner, Event: ev})
+	})
+}
+
+// openStats returns the open network's counters of sandbox id, if it is
+// attached.
+func (m *Manager) openStats(id string) (egress.Stats, bool) {
+	if m.cfg.OpenNetwork == nil {
+		return egress.Stats{}, false
+	}
+	return m.cfg.OpenNetwork.Stats(id)
+}
+
+// NetworkAddress returns the address of sandbox id in the open network;
+// ok is false when it has none (it is not in mode open).
+func (m *Manager) NetworkAddress(id string) (addr netip.Addr, ok bool, err error) {
+	m.mu.Lock()
+	_, found := m.records[id]
+	m.mu.Unlock()
+	if !found {
+		return netip.Addr{}, false, notFound(id)
+	}
+	if m.cfg.OpenNetwork == nil {
+		return netip.Addr{}, false, nil
+	}
+	lease, ok := m.cfg.OpenNetwork.Attached(id)
+	return lease.Addr, ok, nil
+}
 
 // checkOpen refuses mode open when the daemon has no open network.
 func (m *Manager) checkOpen(n Network) error {

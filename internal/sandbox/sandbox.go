@@ -120,7 +120,9 @@ type Spec struct {
 	// IdleTimeout, if set, destroys the sandbox after this long without
 	// exec or file activity (and no operation in flight).
 	IdleTimeout time.Duration
-	// Network is its network policy; the zero value is NetworkNone.
+	// Network is its network policy. The zero value (Mode "") takes the
+	// template's default network (template.Networker), else NetworkNone;
+	// a Network with a Mode replaces the template's whole.
 	Network Network
 	// Pending makes the sandbox provisional until Confirm: a daemon that
 	// restarts before Confirm removes it (EndCreateInterrupted), so that
@@ -563,7 +565,13 @@ func (c Config) resolve(s Spec, templates *template.Registry) (resolvedSpec, err
 	if err := checkMap("env", s.Env, func(k string) bool { return envKeyPattern.MatchString(k) }); err != nil {
 		return resolvedSpec{}, err
 	}
-	network, policy, err := s.Network.resolve()
+	n := s.Network
+	if n.Mode == "" {
+		if tn, ok := templateNetwork(src); ok {
+			n = tn
+		}
+	}
+	network, policy, err := n.resolve()
 	if err != nil {
 		return resolvedSpec{}, err
 	}

@@ -65,6 +65,18 @@ func (t *Stored) Limits() runtime.Limits {
 
 var _ Limiter = (*Stored)(nil)
 
+// Network returns the template's default network policy (nil when it has
+// none, or once it is removed).
+func (t *Stored) Network() *layers.Network {
+	m, err := t.store.Get(t.name)
+	if err != nil {
+		return nil
+	}
+	return m.Config.Network
+}
+
+var _ Networker = (*Stored)(nil)
+
 // Resolve returns the template's layer directories and its defaults
 // (working directory, user, environment), all from one read of the
 // manifest (a replace landing in between cannot mix two versions). It

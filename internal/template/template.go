@@ -35,6 +35,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
+	"github.com/airlock-sandbox/airlock/internal/template/layers"
 )
 
 // Source is one template: it knows how to produce the root filesystem of a
@@ -54,6 +55,15 @@ type Source interface {
 type Limiter interface {
 	// Limits returns the template's limits; zero fields are unset.
 	Limits() runtime.Limits
+}
+
+// Networker is implemented by sources whose templates may carry a default
+// network policy (a stored template built with one). A sandbox request
+// without a network takes it; one with a network replaces it whole.
+type Networker interface {
+	// Network returns the template's default network, nil when it has
+	// none.
+	Network() *layers.Network
 }
 
 // NamePattern is the syntax of template names.

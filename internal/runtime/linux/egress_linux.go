@@ -110,28 +110,80 @@ func (l *egressListener) Close() error {
 	return err
 }
 
+// dnsBridgeAddrs are where the agent serves the sandbox's DNS (UDP and
+// TCP): where every resolver in the sandbox asks, its resolv.conf being
+// empty (glibc, musl and Go read that as 127.0.0.1; Go also asks ::1).
+// The first is required; the others are served where the sandbox's
+// loopback has them (::1 needs IPv6 in the kernel).
+var dnsBridgeAddrs = []string{"127.0.0.1:53", "[::1]:53"}
+
 // startEgressBridge starts the agent's egress bridge when the daemon gave
 // the sandbox an egress directory: runtime.EgressBridgeAddr, on the
-// sandbox's loopback, forwarded to the socket in that directory. Called
-// by the serve stage, after confinement.
+// sandbox's loopback, forwarded to the socket in that directory, and the
+// DNS bridge on dnsBridgeAddrs, which sends each query to the same
+// socket (the proxy's DNS endpoint). The agent is root in the sandbox's
+// user namespace, which owns its network namespace, so it may bind port
+// 53 there. Called by the serve stage, after confinement.
 func startEgressBridge(cfg *initConfig, log *slog.Logger) error {
 	if cfg.EgressFD <= 0 {
 		return nil
 	}
 	unix.CloseOnExec(cfg.EgressFD)
 	path := "/proc/self/fd/" + strconv.Itoa(cfg.EgressFD) + "/" + egressSockName
+	dial := func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}
 	ln, err := net.Listen("tcp", runtime.EgressBridgeAddr)
 	if err != nil {
 		return err
 	}
-	go func() {
-		err := agent.ServeEgressBridge(context.Background(), ln, func(ctx context.Context) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
-		})
+	type dnsSockets struct {
+		udp net.PacketConn
+		tcp net.Listener
+	}
+	var dns []dnsSockets
+	for i, addr := range dnsBridgeAddrs {
+		udp, tcp, err := listenDNS(addr)
 		if err != nil {
+			if i == 0 {
+				ln.Close()
+				for _, s := range dns {
+					s.udp.Close()
+					s.tcp.Close()
+				}
+				return fmt.Errorf("dns bridge: %w", err)
+			}
+			log.Info("dns bridge: not serving", "addr", addr, "err", err)
+			continue
+		}
+		dns = append(dns, dnsSockets{udp, tcp})
+	}
+	go func() {
+		if err := agent.ServeEgressBridge(context.Background(), ln, dial); err != nil {
 			log.Warn("egress bridge stopped", "err", err)
 		}
 	}()
+	for _, s := range dns {
+		go func() {
+			if err := agent.ServeDNSBridge(context.Background(), s.udp, s.tcp, dial); err != nil {
+				log.Warn("dns bridge stopped", "addr", s.tcp.Addr().String(), "err", err)
+			}
+		}()
+	}
 	return nil
+}
+
+// listenDNS binds UDP and TCP on addr.
+func listenDNS(addr string) (net.PacketConn, net.Listener, error) {
+	udp, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	tcp, err := net.Listen("tcp", addr)
+	if err != nil {
+		udp.Close()
+		return nil, nil, err
+	}
+	return udp, tcp, nil
 }

@@ -337,6 +337,10 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 
 // listenControl creates the agent's control socket, readable only by root.
 func listenControl(path string) (*net.UnixListener, error) {
+	if len(path) > maxSocketPath {
+		return nil, fmt.Errorf("%s is %d bytes, more than a unix socket address holds (%d): give the daemon a shorter data directory: %w",
+			path, len(path), maxSocketPath, errdefs.ErrFailedPrecondition)
+	}
 	_ = os.Remove(path)
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
@@ -349,6 +353,10 @@ func listenControl(path string) (*net.UnixListener, error) {
 	}
 	return ln, nil
 }
+
+// maxSocketPath is the longest path a unix socket address holds
+// (sun_path is 108 bytes with its terminating NUL).
+const maxSocketPath = 107
 
 // waitReady reads the agent's one-line start status: "ok" or an error.
 func waitReady(ctx context.Context, statusR *os.File) error {

@@ -127,6 +127,10 @@ type Request struct {
 	// zero keep the base template's (see layers.Config.Limits). They do
 	// not change the RUN sandboxes' resources (Config.Limits).
 	Limits runtime.Limits
+	// Network is the template's default network policy (see
+	// layers.Config.Network); nil keeps the base template's. RUN steps
+	// have no network whatever it says.
+	Network *layers.Network
 	// ContextDir is the build context COPY and ADD read from (an
 	// absolute path); "" allows no COPY or ADD.
 	ContextDir string
@@ -285,7 +289,7 @@ func (b *Builder) Build(ctx context.Context, req Request, events func(Event)) (l
 	if req.AllowSetuid && req.StripSetuid {
 		return layers.Manifest{}, fmt.Errorf("AllowSetuid and StripSetuid exclude each other: %w", errdefs.ErrInvalidArgument)
 	}
-	if err := (&layers.Config{Limits: req.Limits}).Validate(); err != nil {
+	if err := (&layers.Config{Limits: req.Limits, Network: req.Network}).Validate(); err != nil {
 		return layers.Manifest{}, err
 	}
 	file, err := airfile.Parse(bytes.NewReader(req.Airfile))

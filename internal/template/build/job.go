@@ -173,6 +173,11 @@ func (j *job) save(ctx context.Context) (layers.Manifest, error) {
 		return layers.Manifest{}, ctxErr(ctx, "build")
 	}
 	j.cfg.Limits = j.req.Limits.Over(j.cfg.Limits)
+	if n := j.req.Network; n != nil {
+		c := *n
+		c.Allow = slices.Clone(n.Allow)
+		j.cfg.Network = &c
+	}
 	m := layers.Manifest{
 		Name:   j.storeName(),
 		Layers: slices.Clone(j.layers),

@@ -60,6 +60,23 @@ type Config struct {
 	// request's unset fields take them before the daemon's defaults.
 	// Zero fields are unset.
 	Limits runtime.Limits `json:"limits,omitzero"`
+	// Network is the template's default network policy: a sandbox
+	// request without a network takes it. Nil when it has none.
+	Network *Network `json:"network,omitempty"`
+}
+
+// Network is a template's default network policy, in the sandbox
+// manager's terms (sandbox.Network, which validates it at build time and
+// again at each create: NetworkOfTemplate). It never names credentials:
+// they name one tenant's secrets, and a template may be shared.
+type Network struct {
+	Mode  string   `json:"mode"`
+	Allow []string `json:"allow,omitempty"`
+	// MaxConns, BandwidthBytesPerSec and IdleTimeout are the network's
+	// limits (sandbox.NetworkLimits); zero fields are unset.
+	MaxConns             int           `json:"max_conns,omitempty"`
+	BandwidthBytesPerSec int64         `json:"bandwidth_bytes_per_sec,omitempty"`
+	IdleTimeout          time.Duration `json:"idle_timeout,omitempty"`
 }
 
 // EnvMap returns Env as a map; a later duplicate key wins, as in Docker.
@@ -79,6 +96,9 @@ const (
 	maxConfigBytes   = 1 << 20
 	maxSourceLen     = 1024
 	maxUserLen       = 256
+	// maxNetworkEntries caps a default network's allowlist (as
+	// egress.MaxEntries does a sandbox's).
+	maxNetworkEntries = 1024
 )
 
 // ValidateName reports whether name is a valid template name.
@@ -150,6 +170,21 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("image config: command contains a NUL byte: %w", errdefs.ErrInvalidArgument)
 			}
 			total += len(a)
+		}
+	}
+	if n := c.Network; n != nil {
+		if len(n.Allow) > maxNetworkEntries {
+			return fmt.Errorf("template network: %d allow entries, at most %d: %w", len(n.Allow), maxNetworkEntries, errdefs.ErrInvalidArgument)
+		}
+		total += len(n.Mode)
+		for _, a := range n.Allow {
+			if !printable(a) {
+				return fmt.Errorf("template network: allow entry %q has control characters: %w", quoteName(a), errdefs.ErrInvalidArgument)
+			}
+			total += len(a)
+		}
+		if !printable(n.Mode) || n.MaxConns < 0 || n.BandwidthBytesPerSec < 0 || n.IdleTimeout < 0 {
+			return fmt.Errorf("template network: mode must be printable and limits not negative: %w", errdefs.ErrInvalidArgument)
 		}
 	}
 	if total > maxConfigBytes {

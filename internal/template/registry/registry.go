@@ -105,7 +105,14 @@ type BuildRequest struct {
 	// Limits are the template's default resource limits (zero fields
 	// unset; a FROM template keeps its base's).
 	Limits runtime.Limits
+	// Network is the template's default network policy, validated by
+	// the caller (sandbox.TemplateNetwork); nil keeps a FROM template's.
+	Network *Network
 }
+
+// Network is a template's default network policy, as its manifest keeps
+// it.
+type Network = layers.Network
 
 // Credentials are credentials for an image registry: a username and
 // password, or a bearer token, or nothing (anonymous).
