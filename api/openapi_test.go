@@ -54,6 +54,15 @@ var wireTypes = []wireType{
 	object[PutSecretRequest]("PutSecretRequest", false),
 	object[Secret]("Secret", true),
 	object[SecretList]("SecretList", true),
+	object[PutToolRequest]("PutToolRequest", false),
+	object[ToolUpstream]("ToolUpstream", false),
+	object[ToolHTTP]("ToolHTTP", false),
+	object[ToolGovernance]("ToolGovernance", false),
+	object[Tool]("Tool", true),
+	object[ToolList]("ToolList", true),
+	object[PutToolsetRequest]("PutToolsetRequest", false),
+	object[Toolset]("Toolset", true),
+	object[ToolsetList]("ToolsetList", true),
 	object[ExecRequest]("ExecRequest", false),
 	object[ExecResult]("ExecResult", true),
 	lines[ExecStreamLine]("ExecStreamLine", typeOf[OutputLine](), typeOf[ExecExit](), typeOf[StreamError]()),
@@ -117,6 +126,7 @@ var enums = []struct{ at, constant string }{
 	{"CodeStreamLine/oneOf/3/properties/status", "CodeStatusOK"},
 	{"AuditRecord/properties/phase", "PhaseIntent"},
 	{"BuildStreamLine/properties/type", "BuildStep"},
+	{"ToolUpstream/properties/kind", "UpstreamHTTP"},
 }
 
 // openAPIDoc is openapi.yaml as generic JSON.

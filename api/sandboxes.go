@@ -120,6 +120,11 @@ type CreateSandboxRequest struct {
 	// Metadata are labels returned with the sandbox and usable as list
 	// filters.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Tools and Toolsets name the caller's tools, and toolsets of them,
+	// granted to the sandbox: its code calls them through the tool
+	// gateway at AIRLOCK_TOOLS_URL. An unknown name is 404 not_found.
+	Tools    []string `json:"tools,omitempty"`
+	Toolsets []string `json:"toolsets,omitempty"`
 }
 
 // TimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout.
@@ -141,6 +146,9 @@ type Sandbox struct {
 	Limits Limits `json:"limits"`
 	// Metadata are its labels ({} when none).
 	Metadata map[string]string `json:"metadata"`
+	// Tools are the names of the tools granted to it (its tools and its
+	// toolsets' at create), sorted; absent when none.
+	Tools []string `json:"tools,omitempty"`
 	// CreatedAt is when it was created.
 	CreatedAt time.Time `json:"created_at"`
 	// ExpiresAt is when its timeout ends it.

@@ -37,6 +37,11 @@ type CreateSandboxRequest struct {
 	// Metadata are labels returned with the sandbox and usable as list
 	// filters.
 	Metadata map[string]string
+	// Tools and Toolsets name the caller's tools, and toolsets of them,
+	// granted to the sandbox: its code calls them through the tool
+	// gateway at $AIRLOCK_TOOLS_URL. An unknown name is ErrNotFound.
+	Tools    []string
+	Toolsets []string
 }
 
 // State is where a sandbox is in its lifecycle.
@@ -78,6 +83,8 @@ type Sandbox struct {
 	Template string
 	Limits   Limits
 	Metadata map[string]string
+	// Tools are the names of the tools granted to the sandbox, sorted.
+	Tools []string
 	// CreatedAt, ExpiresAt and MaxExpiresAt (the latest expiry SetTimeout
 	// can reach) are server times.
 	CreatedAt      time.Time
@@ -112,6 +119,7 @@ func sandboxFrom(b *api.Sandbox) *Sandbox {
 		Template:       b.Template,
 		Limits:         b.Limits,
 		Metadata:       b.Metadata,
+		Tools:          b.Tools,
 		CreatedAt:      b.CreatedAt,
 		ExpiresAt:      b.ExpiresAt,
 		MaxExpiresAt:   b.MaxExpiresAt,
@@ -152,6 +160,8 @@ func (c *Client) CreateSandbox(ctx context.Context, req CreateSandboxRequest) (*
 		Network:      req.Network,
 		Env:          req.Env,
 		Metadata:     req.Metadata,
+		Tools:        req.Tools,
+		Toolsets:     req.Toolsets,
 	}
 	var out api.Sandbox
 	if err := c.doJSON(ctx, http.MethodPost, "/v1/sandboxes", nil, in, &out, http.StatusCreated); err != nil {

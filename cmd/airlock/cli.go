@@ -154,6 +154,10 @@ const cliUsage = `usage: airlock [--url URL] COMMAND [ARG...]
   keys revoke ID...
   secrets set NAME [--from-file PATH] [-d DESC] [--json]   the value from stdin or the file
   secrets ls [--json] | rm NAME...
+  tools create -f FILE [--replace] [--json]   register a tool from a JSON file
+  tools ls [--json] | show NAME | rm NAME...
+  toolsets create NAME [TOOL...] [--replace] [--json]
+  toolsets ls [--json] | show NAME [--json] | rm NAME...
   tenants create [--id ID] [--max-sandboxes N] [--json] NAME    (the operator's)
   tenants ls [--json]
   tenants rm ID...
@@ -226,6 +230,10 @@ func (c *cli) verbs() map[string]func(context.Context, []string) (int, error) {
 		"key":        c.keysCmd,
 		"secrets":    c.secretsCmd,
 		"secret":     c.secretsCmd,
+		"tools":      c.toolsCmd,
+		"tool":       c.toolsCmd,
+		"toolsets":   c.toolsetsCmd,
+		"toolset":    c.toolsetsCmd,
 		"tenants":    c.tenantsCmd,
 		"tenant":     c.tenantsCmd,
 		"doctor":     c.doctorCmd,

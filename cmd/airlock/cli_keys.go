@@ -34,6 +34,8 @@ var scopeHelp = map[auth.Scope]string{
 	auth.ScopeAuditRead:      "read your tenant's audit records",
 	auth.ScopeTemplatesRead:  "list and inspect templates",
 	auth.ScopeTemplatesWrite: "build, import and remove your tenant's templates",
+	auth.ScopeToolsRead:      "list and inspect your tenant's tools and toolsets",
+	auth.ScopeToolsWrite:     "register, replace and remove your tenant's tools and toolsets",
 	auth.ScopeAdmin:          "all of the above, API keys, secrets, the host report and audit verification",
 	auth.ScopeOperator:       "admin, and across tenants: tenants, shared templates, registry pulls",
 }

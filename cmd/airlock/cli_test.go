@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/api"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/auth"
+	"github.com/airlock-sandbox/airlock/internal/gateway"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/runtime/runtimefake"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -104,7 +105,7 @@ func newCLIEnv(t *testing.T) *cliEnv {
 		t.Fatal(err)
 	}
 	h, err := api.New(api.Config{Sandboxes: e.mgr, Auth: e.auth, Audit: log, AuditLog: log, AuditSigner: e.signer, Keys: e.auth,
-		Tenants: e.auth, Quota: e.auth, Secrets: e.secrets})
+		Tenants: e.auth, Quota: e.auth, Secrets: e.secrets, Tools: gateway.NewRegistry(st)})
 	if err != nil {
 		t.Fatal(err)
 	}

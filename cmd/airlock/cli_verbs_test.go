@@ -336,6 +336,8 @@ func TestHelpNamesRealFlags(t *testing.T) {
 		"sandbox":    {"create", "ls", "get", "rm", "extend"},
 		"template":   {"build", "import", "ls", "inspect", "rm"},
 		"secrets":    {"set", "ls", "rm"},
+		"tools":      {"create", "ls", "show", "rm"},
+		"toolsets":   {"create", "ls", "show", "rm"},
 	}
 	for verb, subs := range groups {
 		flags := map[string]bool{"--url": true}

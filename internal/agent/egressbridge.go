@@ -24,7 +24,8 @@ const (
 // the sandbox's proxy variables name) and joins each, byte for byte, to
 // a new connection from dial (the host's egress proxy for this
 // sandbox). It judges nothing: the proxy does. A connection dial cannot
-// make (no proxy: the sandbox's mode is none) is closed at once. It
+// make (no proxy: the sandbox's mode is none) is closed at once. The
+// tools bridge (the tool gateway's socket) is served by it too. It
 // returns when ctx ends (closing ln and every bridged connection) or
 // when ln fails.
 func ServeEgressBridge(ctx context.Context, ln net.Listener, dial func(context.Context) (net.Conn, error)) error {

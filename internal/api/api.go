@@ -4,7 +4,8 @@
 // ones: list and inspect with templates:read, build and remove with
 // templates:write; see Config.Templates), a tenant's secrets
 // (write-only: their metadata comes back, never a value; see
-// Config.Secrets), plus health endpoints. It is
+// Config.Secrets), a tenant's tools and toolsets of the tool gateway
+// (tools:read and tools:write; see Config.Tools), plus health endpoints. It is
 // the one place where internal errors become HTTP statuses and public error
 // codes (see publicError).
 //
@@ -15,7 +16,8 @@
 // reported exactly like one that does not exist. Every mutation (create,
 // delete, timeout, exec, file write, delete and mkdir, PTY session,
 // process signal and kill-all, key create and revoke, tenant create and
-// delete, template build and delete, secret put and delete) is recorded
+// delete, template build and delete, secret put and delete, tool and
+// toolset create, update and delete) is recorded
 // twice in the audit log:
 // an intent,
 // durable before the action is carried out, and its outcome, durable
@@ -225,6 +227,14 @@ type Config struct {
 	// a tenant's secrets, never their values); without it those routes
 	// answer 501 not_supported.
 	Secrets SecretStore
+	// Tools, if set, serves /v1/tools and /v1/toolsets (register,
+	// inspect, list, replace and remove a tenant's tools and toolsets);
+	// without it those routes answer 501 not_supported.
+	Tools ToolRegistry
+	// ToolResolver, if set, resolves the tools and toolsets a create
+	// grants a sandbox (see ToolResolver); without it a create that
+	// names any answers 501 not_supported.
+	ToolResolver ToolResolver
 	// PortDomain, if set, is the wildcard domain of sandbox ports: a
 	// request whose host is {port}-{id}.{PortDomain} goes to that port
 	// of that sandbox (see ports.go). Its DNS and TLS are the operator's.
@@ -256,6 +266,8 @@ type Handler struct {
 	code        CodeRunner
 	tpl         *registry.Service
 	secrets     SecretStore
+	tools       ToolRegistry
+	resolver    ToolResolver
 	hostInfo    *Info
 	ready       func(ctx context.Context) error
 	log         *slog.Logger
@@ -299,6 +311,8 @@ func New(cfg Config) (*Handler, error) {
 		code:        cfg.Code,
 		tpl:         cfg.Templates,
 		secrets:     cfg.Secrets,
+		tools:       cfg.Tools,
+		resolver:    cfg.ToolResolver,
 		hostInfo:    cfg.Info,
 		ready:       cfg.Ready,
 		log:         cfg.Log,
@@ -487,6 +501,16 @@ func (h *Handler) routes() []route {
 		{"GET", "/v1/secrets/{name}", auth.ScopeAdmin, "", h.getSecret},
 		{"PUT", "/v1/secrets/{name}", auth.ScopeAdmin, ActionSecretPut, h.putSecret},
 		{"DELETE", "/v1/secrets/{name}", auth.ScopeAdmin, ActionSecretDelete, h.deleteSecret},
+		{"POST", "/v1/tools", auth.ScopeToolsWrite, ActionToolCreate, h.createTool},
+		{"GET", "/v1/tools", auth.ScopeToolsRead, "", h.listTools},
+		{"GET", "/v1/tools/{name}", auth.ScopeToolsRead, "", h.getTool},
+		{"PUT", "/v1/tools/{name}", auth.ScopeToolsWrite, ActionToolUpdate, h.replaceTool},
+		{"DELETE", "/v1/tools/{name}", auth.ScopeToolsWrite, ActionToolDelete, h.deleteTool},
+		{"POST", "/v1/toolsets", auth.ScopeToolsWrite, ActionToolsetCreate, h.createToolset},
+		{"GET", "/v1/toolsets", auth.ScopeToolsRead, "", h.listToolsets},
+		{"GET", "/v1/toolsets/{name}", auth.ScopeToolsRead, "", h.getToolset},
+		{"PUT", "/v1/toolsets/{name}", auth.ScopeToolsWrite, ActionToolsetUpdate, h.replaceToolset},
+		{"DELETE", "/v1/toolsets/{name}", auth.ScopeToolsWrite, ActionToolsetDelete, h.deleteToolset},
 	}
 }
 

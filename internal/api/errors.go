@@ -40,7 +40,7 @@ const (
 
 // StatusClientClosedRequest is the status logged (never seen by a client)
 // for a request whose client went away.
-const StatusClientClosedRequest = 499
+const StatusClientClosedRequest = errdefs.StatusClientClosedRequest
 
 // maxMessageBytes caps an error message.
 const maxMessageBytes = 1024
@@ -60,12 +60,10 @@ func invalidf(format string, args ...any) error {
 	return &apiError{status: http.StatusBadRequest, code: CodeInvalidArgument, msg: fmt.Sprintf(format, args...)}
 }
 
-// publicError is the one place where an error becomes an HTTP status, a
-// public code and a message. Errors of the API layer keep their own; the
-// others are mapped by their errdefs class. Internal and unavailable errors
-// get a fixed message, since theirs may carry host details, unless they
-// carry one written for the caller (errdefs.Public); every other class
-// keeps its message, which the layers below keep free of host details.
+// publicError is where an error becomes an HTTP status, a public code
+// and a message. Errors of the API layer keep their own; the others are
+// mapped by errdefs.HTTP (the mapping the tool gateway shares), and
+// their messages capped.
 func publicError(err error) (status int, code, msg string) {
 	var ae *apiError
 	if errors.As(err, &ae) {
@@ -76,63 +74,12 @@ func publicError(err error) (status int, code, msg string) {
 		return http.StatusRequestEntityTooLarge, CodeRequestTooLarge,
 			fmt.Sprintf("request body is larger than the limit of %d bytes", mbe.Limit)
 	}
-	class := errdefs.Class(err)
-	text := func() string { return clean(stripClass(err.Error(), class)) }
-	switch class {
-	case errdefs.ErrNotFound:
-		return http.StatusNotFound, CodeNotFound, text()
-	case errdefs.ErrAlreadyExists:
-		return http.StatusConflict, CodeAlreadyExists, text()
-	case errdefs.ErrInvalidArgument:
-		return http.StatusBadRequest, CodeInvalidArgument, text()
-	case errdefs.ErrUnauthenticated:
-		return http.StatusUnauthorized, CodeUnauthenticated, text()
-	case errdefs.ErrPermissionDenied:
-		return http.StatusForbidden, CodePermissionDenied, text()
-	case errdefs.ErrResourceExhausted:
-		return http.StatusTooManyRequests, CodeResourceExhausted, text()
-	case errdefs.ErrFailedPrecondition:
-		return http.StatusConflict, CodeFailedPrecondition, text()
-	case errdefs.ErrTimeout:
-		return http.StatusGatewayTimeout, CodeTimeout, text()
-	case errdefs.ErrCanceled:
-		return StatusClientClosedRequest, CodeCanceled, "the request was canceled"
-	case errdefs.ErrNotSupported:
-		return http.StatusNotImplemented, CodeNotSupported, text()
-	case errdefs.ErrUnavailable:
-		if msg, ok := errdefs.PublicMessage(err); ok {
-			return http.StatusServiceUnavailable, CodeUnavailable, clean(msg)
-		}
-		return http.StatusServiceUnavailable, CodeUnavailable, "the service or sandbox is temporarily unavailable; try again"
-	default:
-		if msg, ok := errdefs.PublicMessage(err); ok {
-			return http.StatusInternalServerError, CodeInternal, clean(msg)
-		}
-		return http.StatusInternalServerError, CodeInternal, "internal error"
-	}
+	status, code, msg = errdefs.HTTP(err)
+	return status, code, clean(msg)
 }
 
-// stripClass removes the class's text where it is noise, the code saying
-// it all: at the start (the agent client's "not found: ..."), and at the
-// end ("...: failed precondition"). "sandbox X: not found", "template X:
-// already exists" and "open /x: permission denied" keep their endings,
-// which read as sentences or are the system's own words. A message that
-// is only the class stays.
-func stripClass(msg string, class error) string {
-	c := class.Error()
-	out := strings.TrimPrefix(msg, c+": ")
-	switch class {
-	case errdefs.ErrNotFound, errdefs.ErrAlreadyExists, errdefs.ErrPermissionDenied:
-		// Sentences ("sandbox X: not found"), or the system's own words
-		// ("open /x: permission denied").
-	default:
-		out = strings.TrimSuffix(out, ": "+c)
-	}
-	if out == "" {
-		return msg
-	}
-	return out
-}
+// stripClass is errdefs.StripClass.
+func stripClass(msg string, class error) string { return errdefs.StripClass(msg, class) }
 
 // errShuttingDown is the cause with which the daemon's graceful stop ends
 // the requests still in flight (see Handler.Shutdown).

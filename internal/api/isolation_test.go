@@ -85,6 +85,16 @@ var routeRequests = map[string]routeRequest{
 	"GET /v1/secrets/{name}":                            {},
 	"PUT /v1/secrets/{name}":                            {body: `{"value":"v"}`},
 	"DELETE /v1/secrets/{name}":                         {},
+	"POST /v1/tools":                                    {body: `{"name":"t","input_schema":{"type":"object"},"upstream":{"kind":"caller"}}`},
+	"GET /v1/tools":                                     {},
+	"GET /v1/tools/{name}":                              {},
+	"PUT /v1/tools/{name}":                              {body: `{"input_schema":{"type":"object"},"upstream":{"kind":"caller"}}`},
+	"DELETE /v1/tools/{name}":                           {},
+	"POST /v1/toolsets":                                 {body: `{"name":"s","tools":[]}`},
+	"GET /v1/toolsets":                                  {},
+	"GET /v1/toolsets/{name}":                           {},
+	"PUT /v1/toolsets/{name}":                           {body: `{"tools":[]}`},
+	"DELETE /v1/toolsets/{name}":                        {},
 }
 
 // send sends route's request for sandbox id with token.

@@ -133,6 +133,7 @@ func toSandboxJSON(sb sandbox.Sandbox) wire.Sandbox {
 		Limits:         limitsToJSON(sb.Limits),
 		Metadata:       md,
 		CreatedAt:      sb.CreatedAt.UTC(),
+		Tools:          slices.Clone(sb.Tools),
 		ExpiresAt:      sb.ExpiresAt.UTC(),
 		MaxExpiresAt:   sb.MaxExpiresAt.UTC(),
 		IdleTimeoutS:   int64(sb.IdleTimeout / time.Second),
@@ -260,6 +261,13 @@ func (h *Handler) createSandbox(c *call) error {
 	if spec.Network.Mode == sandbox.NetworkAllowlist {
 		c.ev.Details["network"] = networkDetails(spec.Network)
 	}
+	if spec.Tools, err = h.grantedTools(c.r.Context(), c.p.TenantID, req.Tools, req.Toolsets); err != nil {
+		return err
+	}
+	if len(spec.Tools) > 0 {
+		c.ev.Details["tools"] = spec.Tools
+	}
+	spec.KeyID = c.p.KeyID
 	quota, err := h.tenantQuota(c.r.Context(), c.p.TenantID)
 	if err != nil {
 		return err
@@ -474,4 +482,49 @@ func (h *Handler) setTimeout(c *call) error {
 		return err
 	}
 	return c.json(http.StatusOK, toSandboxJSON(sb))
+}
+
+// ToolResolver resolves the tools a create grants a sandbox: the names
+// in tools and the tools of the toolsets in toolsets, all of tenant's,
+// as one sorted list without duplicates. A name that tenant has not
+// registered is errdefs.ErrNotFound, naming it. The tool gateway's
+// registry implements it.
+type ToolResolver interface {
+	Resolve(ctx context.Context, tenant string, tools, toolsets []string) ([]string, error)
+}
+
+// maxGrantNames caps the names in a create's tools and toolsets, each.
+const maxGrantNames = sandbox.MaxTools
+
+// grantedTools resolves a create's tools and toolsets for tenant: none
+// when it names none, an error when it names some and the server has no
+// tool gateway.
+func (h *Handler) grantedTools(ctx context.Context, tenant string, tools, toolsets []string) ([]string, error) {
+	if len(tools) == 0 && len(toolsets) == 0 {
+		return nil, nil
+	}
+	for _, f := range []struct {
+		name  string
+		names []string
+	}{{"tools", tools}, {"toolsets", toolsets}} {
+		if len(f.names) > maxGrantNames {
+			return nil, invalidf("%s names %d entries, at most %d are allowed", f.name, len(f.names), maxGrantNames)
+		}
+		for i, n := range f.names {
+			if n == "" {
+				return nil, invalidf("%s[%d] is empty", f.name, i)
+			}
+		}
+	}
+	if h.resolver == nil {
+		return nil, fmt.Errorf("this server has no tool gateway: tools and toolsets cannot be granted: %w", errdefs.ErrNotSupported)
+	}
+	names, err := h.resolver.Resolve(ctx, tenant, tools, toolsets)
+	if err != nil {
+		return nil, err
+	}
+	if len(names) > sandbox.MaxTools {
+		return nil, invalidf("tools and toolsets grant %d tools, at most %d are allowed", len(names), sandbox.MaxTools)
+	}
+	return names, nil
 }

@@ -14,8 +14,10 @@ type Scope string
 // tenants, shared templates, pulling images from registries). Only a key
 // with Operator can create another.
 //
-// ToolsCall and Approvals are reserved for the tool gateway, which is not
-// built yet: keys may carry them, but no route checks them, so they grant
+// ToolsRead lists and inspects the tenant's tools and toolsets of the tool
+// gateway; ToolsWrite registers, replaces and removes them. ToolsCall and
+// Approvals are reserved for the rest of the gateway, which is not built
+// yet: keys may carry them, but no route checks them, so they grant
 // nothing today.
 const (
 	ScopeSandboxesRead  Scope = "sandboxes:read"
@@ -25,6 +27,8 @@ const (
 	ScopeAuditRead      Scope = "audit:read"
 	ScopeTemplatesRead  Scope = "templates:read"
 	ScopeTemplatesWrite Scope = "templates:write"
+	ScopeToolsRead      Scope = "tools:read"
+	ScopeToolsWrite     Scope = "tools:write"
 	ScopeToolsCall      Scope = "tools:call"
 	ScopeApprovals      Scope = "approvals"
 	ScopeAdmin          Scope = "admin"
@@ -34,7 +38,7 @@ const (
 // AllScopes lists every scope, in a stable order.
 var AllScopes = []Scope{
 	ScopeSandboxesRead, ScopeSandboxesWrite, ScopeExec, ScopeFiles, ScopeAuditRead,
-	ScopeTemplatesRead, ScopeTemplatesWrite, ScopeToolsCall, ScopeApprovals, ScopeAdmin, ScopeOperator,
+	ScopeTemplatesRead, ScopeTemplatesWrite, ScopeToolsRead, ScopeToolsWrite, ScopeToolsCall, ScopeApprovals, ScopeAdmin, ScopeOperator,
 }
 
 // Valid reports whether s is a known scope.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -86,6 +87,12 @@ type Config struct {
 	EgressMaxConns    int      `json:"egress_max_conns"`
 	EgressBandwidth   int      `json:"egress_bandwidth"`
 	EgressIdleTimeout Duration `json:"egress_idle_timeout"`
+	// GatewayAllow lists the address ranges (comma-separated CIDRs or
+	// addresses) that tools' HTTP upstreams may be at although they are
+	// not public (loopback, private, link-local...): the tool gateway
+	// refuses every other such address, so that a tenant's tool cannot
+	// reach the host's own services or the cloud's metadata.
+	GatewayAllow string `json:"gateway_allow"`
 	// OpenUplink is the interface through which sandboxes in the open
 	// network mode reach out, masqueraded (see internal/opennet). Empty:
 	// that mode is refused; the daemon never guesses it from the
@@ -272,6 +279,8 @@ var settings = []setting{
 		func(c *Config) any { return &c.EgressBandwidth }},
 	{"egress-idle-timeout", "DURATION", "how long an egress connection may move no byte before it is closed, 1s to 24h; the ceiling of a sandbox's network.limits",
 		func(c *Config) any { return &c.EgressIdleTimeout }},
+	{"gateway-allow", "CIDRS", "comma-separated address ranges that tools' HTTP upstreams may be at although not public (loopback, private...); empty: none",
+		func(c *Config) any { return &c.GatewayAllow }},
 	{"open-uplink", "IFACE", "interface through which sandboxes in network mode open reach out, masqueraded (empty: mode open is refused)",
 		func(c *Config) any { return &c.OpenUplink }},
 	{"open-pool", "CIDR", "IPv4 prefix the addresses of open sandboxes come from, a /30 each (default 100.96.0.0/16)",
@@ -463,6 +472,8 @@ func (c Config) Validate() error {
 		return bad("egress bandwidth must be 0 (no cap) or a number of bytes per second")
 	case c.EgressIdleTimeout < Duration(time.Second) || c.EgressIdleTimeout > Duration(24*time.Hour):
 		return bad("egress idle timeout must be between 1s and 24h")
+	case c.GatewayAllow != "" && parseGatewayAllow(c.GatewayAllow) == nil:
+		return bad("gateway allow %q must be comma-separated IP addresses or CIDRs", c.GatewayAllow)
 	case c.OpenUplink == "" && (c.OpenPool != "" || c.OpenNetNS != ""):
 		return bad("open pool and open netns need an open uplink")
 	case c.OpenPool != "" && !validPool(c.OpenPool):
@@ -498,4 +509,21 @@ func validDomain(d string) bool {
 		}
 	}
 	return true
+}
+
+// parseGatewayAllow parses Config.GatewayAllow; nil when it is empty or
+// malformed.
+func parseGatewayAllow(s string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if p, err := netip.ParsePrefix(f); err == nil {
+			out = append(out, p.Masked())
+		} else if a, err := netip.ParseAddr(f); err == nil {
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+		} else {
+			return nil
+		}
+	}
+	return out
 }

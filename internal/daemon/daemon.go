@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,10 +22,13 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/auth"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/gateway"
+	"github.com/airlock-sandbox/airlock/internal/gateway/sdk"
 	"github.com/airlock-sandbox/airlock/internal/hostcheck"
 	"github.com/airlock-sandbox/airlock/internal/interp"
 	"github.com/airlock-sandbox/airlock/internal/runtime/backends"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/secrets"
 	"github.com/airlock-sandbox/airlock/internal/template"
 )
 
@@ -33,6 +38,7 @@ const (
 	sandboxesDir = "sandboxes" // runtime state, one directory per sandbox
 	recordsDir   = "records"   // the manager's per-sandbox records
 	templatesDir = "templates"
+	toolsLibDir  = "tools-lib" // the in-sandbox tool libraries, mounted read-only in every sandbox
 )
 
 // recordSyncInterval is how often the store's sandbox records are brought
@@ -195,6 +201,35 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	if err != nil {
 		return err
 	}
+	// The tool gateway: tenants' tools and toolsets, kept in the store
+	// and served at /v1/tools and /v1/toolsets, resolve the tools a
+	// create grants (api.Config.ToolResolver); the gateway runs every
+	// call a sandbox makes on its tools socket (sandbox.Config.Gateway),
+	// with the tenants' secrets, recording each in the audit log; the
+	// in-sandbox libraries are written to the data dir and mounted in
+	// every sandbox (sandbox.Config.ToolsLib).
+	toolRegistry := gateway.NewRegistry(st)
+	allowUpstream := parseGatewayAllow(cfg.GatewayAllow)
+	gw, err := gateway.New(gateway.Config{
+		Registry: toolRegistry,
+		Secrets:  secrets.NewReader(data.secrets),
+		Record:   toolAudit{log: auditLog, logger: log.With("component", "gateway")}.Record,
+		AllowUpstream: func(a netip.Addr) bool {
+			return slices.ContainsFunc(allowUpstream, func(p netip.Prefix) bool { return p.Contains(a) })
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer gw.Close()
+	toolsLib := filepath.Join(cfg.DataDir, toolsLibDir)
+	if err := sdk.WriteDir(toolsLib); err != nil {
+		return fmt.Errorf("writing the in-sandbox tool libraries: %w", err)
+	}
+	var (
+		toolCalls    gateway.Calls    = gw
+		toolResolver api.ToolResolver = toolRegistry
+	)
 	scfg := sandbox.Config{
 		Egress: sandbox.EgressConfig{Events: egressEvents.Record, Credentials: egressCreds, Limits: egress.Limits{
 			MaxConns:             cfg.EgressMaxConns,
@@ -212,7 +247,9 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		Ends: auditEnds{log: auditLog, timeout: 10 * time.Second, logger: log.With("component", "sandbox")},
 		// The store keeps a record of every sandbox, which the tenants'
 		// quotas count.
-		Records: st,
+		Records:  st,
+		Gateway:  toolCalls,
+		ToolsLib: toolsLib,
 	}
 	if cfg.PoolSize > 0 {
 		scfg.PoolSize = map[string]int{cfg.DefaultTemplate: cfg.PoolSize}
@@ -266,7 +303,10 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		Tenants:     keys,
 		Templates:   tplRoutes,
 		Secrets:     data.secrets,
+		Tools:       toolRegistry,
 		PortDomain:  cfg.PortDomain,
+		// The tools a create names, resolved by the gateway's registry.
+		ToolResolver: toolResolver,
 		Info: &api.Info{
 			Version:   Version(),
 			Runtime:   rt.Name(),

@@ -6,8 +6,9 @@
 //	fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 //
 // and callers test the class with errors.Is. The mapping from classes to HTTP
-// status codes and Connect codes lives in one place each (the API layer and
-// the agent's RPC layer); nothing else inspects error strings.
+// status codes and Connect codes lives in one place each (HTTP here, which
+// the API and the tool gateway answer with, and the agent's RPC layer);
+// nothing else inspects error strings.
 package errdefs
 
 import (

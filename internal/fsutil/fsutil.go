@@ -1,6 +1,8 @@
 // Package fsutil holds the file writes the daemon's state relies on
 // across crashes: a new file (a key, a signing key, a CA) appears whole or
-// not at all, and never replaces one that exists.
+// not at all, and never replaces one that exists (WriteNew); a file that
+// is replaced (the in-sandbox libraries) is seen whole, old or new
+// (Replace).
 package fsutil
 
 import (
@@ -14,13 +16,28 @@ import (
 // race), then the directory is synced. A crash leaves either no file or a
 // whole one. The returned error wraps the os error.
 func WriteNew(path string, data []byte, perm os.FileMode) error {
+	return write(path, data, perm, os.Link)
+}
+
+// Replace puts data at path with mode perm, replacing what is there
+// atomically: data is written to a temporary file beside it, synced and
+// renamed into place, then the directory is synced. A reader sees the
+// old file or the new one whole, never a mix. The returned error wraps
+// the os error.
+func Replace(path string, data []byte, perm os.FileMode) error {
+	return write(path, data, perm, os.Rename)
+}
+
+// write writes data to a synced temporary file beside path, puts it in
+// place with place (os.Link or os.Rename) and syncs the directory.
+func write(path string, data []byte, perm os.FileMode, place func(tmp, path string) error) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
 	}
 	tmp := f.Name()
-	defer os.Remove(tmp)
+	defer os.Remove(tmp) // a no-op once renamed
 	err = f.Chmod(perm)
 	if err == nil {
 		_, err = f.Write(data)
@@ -32,7 +49,7 @@ func WriteNew(path string, data []byte, perm os.FileMode) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Link(tmp, path)
+		err = place(tmp, path)
 	}
 	if err != nil {
 		return err

@@ -33,3 +33,23 @@ func TestWriteNew(t *testing.T) {
 		t.Error("WriteNew into a missing directory succeeded")
 	}
 }
+
+// TestReplace checks that Replace writes a new file and replaces an
+// existing one whole, with the mode asked for, leaving no temporary file.
+func TestReplace(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	for i, data := range []string{"first", "second, longer"} {
+		if err := Replace(p, []byte(data), 0o644); err != nil {
+			t.Fatalf("replace %d: %v", i, err)
+		}
+		got, err := os.ReadFile(p)
+		st, _ := os.Stat(p)
+		if err != nil || string(got) != data || st.Mode().Perm() != 0o644 {
+			t.Errorf("after replace %d: %q %v mode %v", i, got, err, st.Mode())
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("%d entries in the directory, want 1", len(ents))
+	}
+}

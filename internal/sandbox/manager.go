@@ -83,6 +83,8 @@ type record struct {
 
 	saveMu sync.Mutex // serialises state-file writes of this sandbox
 	net    netState   // its egress proxy (network.go)
+	keyID  string     // Spec.KeyID
+	tools  toolsState // its tools server (tools.go)
 }
 
 // snapshot returns a copy of the sandbox's state. Call with Manager.mu
@@ -92,6 +94,7 @@ func (r *record) snapshot() Sandbox {
 	sb.Env = cloneMap(sb.Env)
 	sb.Metadata = cloneMap(sb.Metadata)
 	sb.Network = cloneNetwork(sb.Network)
+	sb.Tools = slices.Clone(sb.Tools)
 	return sb
 }
 
@@ -180,6 +183,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	// again when it adopts their sandboxes.
 	for _, rec := range recs {
 		m.stopEgress(rec)
+		m.stopTools(rec)
 	}
 
 	if stop != nil {
@@ -239,11 +243,13 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 			if err != nil {
 				m.release()
 			}
-			return m.createEgress(ctx, sb, err, rs.policy)
+			sb, err = m.createEgress(ctx, sb, err, rs.policy)
+			return m.createTools(ctx, sb, err)
 		}
 	}
 	sb, err := m.createCold(ctx, rs)
-	return m.createEgress(ctx, sb, err, rs.policy)
+	sb, err = m.createEgress(ctx, sb, err, rs.policy)
+	return m.createTools(ctx, sb, err)
 }
 
 // release gives back a concurrency slot reserved by Create.
@@ -283,6 +289,7 @@ func (m *Manager) createCold(ctx context.Context, rs resolvedSpec) (Sandbox, err
 			Env:          rs.env,
 			Metadata:     rs.metadata,
 			Network:      rs.network,
+			Tools:        rs.tools,
 			CreatedAt:    now,
 			ExpiresAt:    now.Add(rs.timeout),
 			MaxExpiresAt: now.Add(m.cfg.MaxLifetime),
@@ -292,6 +299,7 @@ func (m *Manager) createCold(ctx context.Context, rs resolvedSpec) (Sandbox, err
 		created: make(chan struct{}),
 		pending: rs.pending,
 		origin:  rs.origin,
+		keyID:   rs.keyID,
 	}
 	m.mu.Lock()
 	if _, dup := m.records[id]; dup {
@@ -417,7 +425,7 @@ func (m *Manager) startInstance(ctx context.Context, src template.Source, id str
 		return nil, err
 	}
 	spec := runtime.Spec{ID: id, Rootfs: rootfs, Limits: limits, Labels: labels}
-	spec.Rootfs.Binds = slices.Concat(rootfs.Binds, m.trustBind())
+	spec.Rootfs.Binds = slices.Concat(rootfs.Binds, m.trustBind(), m.toolsLibBind())
 	if !p.Pool {
 		// A pool member gets its deadline when it is claimed.
 		spec.Deadline = m.agentDeadline(p.ExpiresAt)
@@ -653,6 +661,8 @@ func (m *Manager) runDestroy(ctx context.Context, rec *record, reason string, ke
 	id := rec.sb.ID
 	rec.client.Close()
 	m.stopEgress(rec)
+	m.stopTools(rec)
+	m.forgetTools(id)
 	m.detachOpen(rec)
 	// The record says the sandbox is ending before the runtime starts on
 	// it: a destroy cut by a restart can leave it frozen, and the next

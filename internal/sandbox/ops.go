@@ -33,13 +33,14 @@ func mergeEnv(base, over map[string]string) map[string]string {
 	return out
 }
 
-// withEnv applies the sandbox's Env under req.Env.
+// withEnv applies the sandbox's Env under req.Env, over the tools
+// variable (toolsEnv) and its network's (networkEnv).
 func (m *Manager) withEnv(rec *record, req agentclient.ExecRequest) agentclient.ExecRequest {
 	m.mu.Lock()
 	base := rec.sb.Env
 	netEnv := m.networkEnv(rec.sb.Network)
 	m.mu.Unlock()
-	req.Env = mergeEnv(mergeEnv(netEnv, base), req.Env)
+	req.Env = mergeEnv(mergeEnv(mergeEnv(m.toolsEnv(), netEnv), base), req.Env)
 	return req
 }
 

@@ -158,6 +158,7 @@ func (m *Manager) claimRecord(pm *poolMember, p *pool, rs resolvedSpec, now time
 			Env:          rs.env,
 			Metadata:     rs.metadata,
 			Network:      rs.network,
+			Tools:        rs.tools,
 			CreatedAt:    now,
 			ExpiresAt:    now.Add(rs.timeout),
 			MaxExpiresAt: now.Add(m.cfg.MaxLifetime),
@@ -169,6 +170,7 @@ func (m *Manager) claimRecord(pm *poolMember, p *pool, rs resolvedSpec, now time
 		created: closedChan(),
 		pending: rs.pending,
 		origin:  rs.origin,
+		keyID:   rs.keyID,
 	}
 }
 

@@ -232,6 +232,7 @@ func (m *Manager) recoverInstance(inst runtime.Instance, now time.Time) func(con
 			Limits:       spec.Limits,
 			Env:          p.Env,
 			Metadata:     p.Metadata,
+			Tools:        p.Tools,
 			CreatedAt:    p.CreatedAt,
 			ExpiresAt:    p.ExpiresAt,
 			MaxExpiresAt: p.MaxExpiresAt,
@@ -243,6 +244,7 @@ func (m *Manager) recoverInstance(inst runtime.Instance, now time.Time) func(con
 		created: closedChan(),
 		pending: p.Pending,
 		origin:  p.Origin,
+		keyID:   p.KeyID,
 	}
 	if reason == "" {
 		rec.adopted = make(chan struct{})
@@ -260,6 +262,7 @@ func (m *Manager) recoverInstance(inst runtime.Instance, now time.Time) func(con
 			rec.sb.Network = cloneNetwork(*p.Network)
 			m.adoptEgress(rec, p.Network)
 		}
+		m.adoptTools(rec)
 		// An agent that dies while adopting or later is noticed at once.
 		m.watchAgent(rec)
 		return func(ctx context.Context) { m.adoptRecovered(ctx, rec) }

@@ -62,6 +62,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/gateway"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/template"
 )
@@ -133,6 +134,14 @@ type Spec struct {
 	// sandbox (the API puts the seq of its audit intent), kept with the
 	// sandbox and handed back in every End.
 	Origin string
+	// Tools are the names of the tools granted to the sandbox (its
+	// caller resolves them from tools and toolsets), at most MaxTools;
+	// its code calls them through the tool gateway (see tools.go).
+	// Kept with the sandbox for a restarted daemon.
+	Tools []string
+	// KeyID is the API key that creates the sandbox, given to the
+	// gateway with each of its calls (gateway.Caller.KeyID).
+	KeyID string
 }
 
 // Sandbox is a point-in-time snapshot of one sandbox. It is a copy: the
@@ -147,6 +156,8 @@ type Sandbox struct {
 	Metadata map[string]string
 	// Network is its network policy (see Network, SetNetwork).
 	Network Network
+	// Tools are the names of the tools granted to it, sorted.
+	Tools []string
 	// CreatedAt is when the sandbox was handed to its creator (for a
 	// pooled sandbox, when it was claimed).
 	CreatedAt time.Time
@@ -285,6 +296,13 @@ type Config struct {
 	// OpenNetwork, if set, plugs sandboxes in NetworkOpen mode into a
 	// routed network (opennet.Router); without it that mode is refused.
 	OpenNetwork OpenNetwork
+	// Gateway, if set, serves each sandbox's tools socket (see
+	// tools.go); without it no sandbox can call a tool.
+	Gateway gateway.Calls
+	// ToolsLib, if set, is a host directory holding the in-sandbox tool
+	// libraries (gateway/sdk.WriteDir), world-readable, mounted
+	// read-only at ToolsLibDir in every sandbox.
+	ToolsLib string
 }
 
 // withDefaults returns c with zero fields set to their defaults.
@@ -524,6 +542,8 @@ type resolvedSpec struct {
 	origin      string
 	network     Network
 	policy      *egress.Policy // nil in mode none
+	tools       []string
+	keyID       string
 }
 
 // envKeyPattern is what an environment variable name may look like.
@@ -584,6 +604,13 @@ func (c Config) resolve(s Spec, templates *template.Registry) (resolvedSpec, err
 	if len(s.Origin) > MaxKeyBytes || !utf8.ValidString(s.Origin) || containsNUL(s.Origin) {
 		return bad("origin must be UTF-8 without NUL bytes and at most %d bytes", MaxKeyBytes)
 	}
+	if len(s.KeyID) > MaxKeyBytes || !utf8.ValidString(s.KeyID) || containsNUL(s.KeyID) {
+		return bad("key id must be UTF-8 without NUL bytes and at most %d bytes", MaxKeyBytes)
+	}
+	tools, err := checkTools(s.Tools)
+	if err != nil {
+		return resolvedSpec{}, err
+	}
 	return resolvedSpec{
 		owner:       s.Owner,
 		template:    src,
@@ -597,6 +624,8 @@ func (c Config) resolve(s Spec, templates *template.Registry) (resolvedSpec, err
 		origin:      s.Origin,
 		network:     network,
 		policy:      policy,
+		tools:       tools,
+		keyID:       s.KeyID,
 	}, nil
 }
 

@@ -43,6 +43,10 @@ type persisted struct {
 	Origin  string `json:"origin,omitempty"`
 	// Network is the sandbox's network policy, when not none.
 	Network *Network `json:"network,omitempty"`
+	// Tools are the tools granted to the sandbox; KeyID the key that
+	// created it (see Spec).
+	Tools []string `json:"tools,omitempty"`
+	KeyID string   `json:"key_id,omitempty"`
 	// Ending is set, with its reason, before the sandbox is destroyed:
 	// a restart finishes the destroy instead of adopting the sandbox
 	// (which the interrupted destroy may have left frozen).
@@ -54,6 +58,7 @@ type persisted struct {
 func (r *record) persisted() persisted {
 	p := persistedOf(&r.sb)
 	p.Pending, p.Origin = r.pending, r.origin
+	p.Tools, p.KeyID = r.sb.Tools, r.keyID
 	if r.sb.Network.Mode == NetworkAllowlist {
 		n := cloneNetwork(r.sb.Network)
 		p.Network = &n

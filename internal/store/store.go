@@ -1,6 +1,7 @@
 // Package store is Airlock's durable state: tenants, API keys, the record of
-// every sandbox the API created or destroyed, the rows of the audit log and
-// the encrypted rows of internal/secrets.
+// every sandbox the API created or destroyed, the rows of the audit log,
+// the encrypted rows of internal/secrets and the tools and toolsets of
+// internal/gateway.
 //
 // The Store interface is what the rest of the daemon uses. It speaks only
 // in the plain Go types of this package (no driver types), so that a
@@ -40,6 +41,7 @@ type Store interface {
 	SandboxStore
 	AuditStore
 	SecretStore
+	ToolStore
 	// Close releases the store. Calls after Close fail.
 	Close() error
 }
@@ -56,7 +58,7 @@ type TenantStore interface {
 	// ErrNotFound for a deleted one.
 	UpdateTenant(ctx context.Context, t Tenant) error
 	// DeleteTenant marks the tenant deleted at the given time, revokes
-	// every key of it and deletes its secrets, in one transaction. It is ErrNotFound for a
+	// every key of it and deletes its secrets, tools and toolsets, in one transaction. It is ErrNotFound for a
 	// missing or already deleted tenant and ErrFailedPrecondition while
 	// the tenant has an active sandbox record (state other than
 	// SandboxStopped). A deleted tenant's row stays (GetTenant and
@@ -163,6 +165,37 @@ type SecretStore interface {
 	CountSecretsByKey(ctx context.Context) (map[string]int, error)
 }
 
+// ToolStore keeps the tool gateway's tools and toolsets, each a
+// ToolRecord: a tenant's name for it and the JSON document
+// internal/gateway validated, which the store keeps as it is. The two
+// kinds have their own names: a tool and a toolset may share one. A
+// tenant has at most MaxToolsPerTenant tools and MaxToolsetsPerTenant
+// toolsets; the check of the cap and the insert are one atomic step.
+type ToolStore interface {
+	// CreateTool inserts r: ErrAlreadyExists if the tenant has a tool
+	// of that name, ErrResourceExhausted at the cap, ErrNotFound for an
+	// unknown or deleted tenant.
+	CreateTool(ctx context.Context, r ToolRecord) error
+	// ReplaceTool replaces the document and UpdatedAt of the tenant's
+	// tool r.Name, keeping its CreatedAt, and returns the stored record;
+	// ErrNotFound if there is none.
+	ReplaceTool(ctx context.Context, r ToolRecord) (ToolRecord, error)
+	// GetTool returns the tenant's tool of this name or ErrNotFound.
+	GetTool(ctx context.Context, tenantID, name string) (ToolRecord, error)
+	// ListTools returns the tenant's tools, ordered by name.
+	ListTools(ctx context.Context, tenantID string) ([]ToolRecord, error)
+	// DeleteTool removes the tenant's tool of this name; ErrNotFound if
+	// there is none.
+	DeleteTool(ctx context.Context, tenantID, name string) error
+	// CreateToolset, ReplaceToolset, GetToolset, ListToolsets and
+	// DeleteToolset are the same for toolsets.
+	CreateToolset(ctx context.Context, r ToolRecord) error
+	ReplaceToolset(ctx context.Context, r ToolRecord) (ToolRecord, error)
+	GetToolset(ctx context.Context, tenantID, name string) (ToolRecord, error)
+	ListToolsets(ctx context.Context, tenantID string) ([]ToolRecord, error)
+	DeleteToolset(ctx context.Context, tenantID, name string) error
+}
+
 // Caps on stored values.
 const (
 	MaxIDBytes           = 64
@@ -188,6 +221,15 @@ const (
 	// MaxSecretsPerTenant is the highest count cap PutSecret accepts, so
 	// that ListSecrets stays bounded.
 	MaxSecretsPerTenant = 1000
+	// MaxToolsPerTenant and MaxToolsetsPerTenant cap a tenant's tools
+	// and toolsets; MaxToolNameBytes a name of either, MaxToolDocBytes
+	// the document of either (a tool's two schemas of up to 64 KiB, a
+	// body template of 64 KiB, 32 header templates of 4 KiB and the
+	// rest, with room for JSON escaping).
+	MaxToolsPerTenant    = 1000
+	MaxToolsetsPerTenant = 100
+	MaxToolNameBytes     = 64
+	MaxToolDocBytes      = 1 << 20
 )
 
 // The range of times the store keeps: nanoseconds since 1970 fit an
@@ -660,6 +702,49 @@ func (r SecretRecord) Validate() error {
 func ValidateSecretCap(maxPerTenant int) error {
 	if maxPerTenant < 1 || maxPerTenant > MaxSecretsPerTenant {
 		return fmt.Errorf("secret count cap %d out of range 1-%d: %w", maxPerTenant, MaxSecretsPerTenant, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// toolNamePattern is what a tool's or toolset's name looks like to the
+// store; internal/gateway's rules (ValidName) are stricter.
+var toolNamePattern = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+
+// ToolRecord is one stored tool or toolset: its tenant, its name and its
+// JSON document, opaque to the store but for being a JSON object.
+type ToolRecord struct {
+	TenantID string
+	Name     string
+	Doc      json.RawMessage
+	// CreatedAt is set when the record is created and kept by a
+	// replacement; UpdatedAt is set by each.
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Validate reports a field the store refuses.
+func (r ToolRecord) Validate() error {
+	if err := validID("tenant", r.TenantID); err != nil {
+		return err
+	}
+	if len(r.Name) > MaxToolNameBytes || !toolNamePattern.MatchString(r.Name) {
+		return fmt.Errorf("tool name %q: must be 1-%d lower-case letters, digits or '_', starting with a letter: %w",
+			Clip(r.Name), MaxToolNameBytes, errdefs.ErrInvalidArgument)
+	}
+	if len(r.Doc) > MaxToolDocBytes {
+		return fmt.Errorf("tool document is larger than %d bytes: %w", MaxToolDocBytes, errdefs.ErrInvalidArgument)
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(r.Doc, &obj) != nil || obj == nil {
+		return fmt.Errorf("tool document is not a JSON object: %w", errdefs.ErrInvalidArgument)
+	}
+	if r.CreatedAt.IsZero() || r.UpdatedAt.IsZero() {
+		return fmt.Errorf("tool creation and update times are required: %w", errdefs.ErrInvalidArgument)
+	}
+	for _, t := range []time.Time{r.CreatedAt, r.UpdatedAt} {
+		if err := checkTime("tool time", t); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -18,9 +18,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 )
 
-// The sandbox's egress socket: <state dir>/egress/proxy.sock. The
-// directory is the sandbox root's (its host uid base), 0700, and holds
-// nothing else; the agent holds it on a detached bind mount, so ".."
+// The sandbox's egress socket: <state dir>/egress/proxy.sock, and its
+// tools socket beside it (tools_linux.go). The directory is the sandbox
+// root's (its host uid base), 0700, and holds nothing else; the agent holds it on a detached bind mount, so ".."
 // from its descriptor stays in the directory, and no sandboxed process
 // can name it (the agent is non-dumpable: /proc/1/fd is out of reach).
 const (
@@ -62,6 +62,15 @@ func egressDir(stateDir string, uid int) (*os.File, error) {
 // socket, 0600 and owned by the sandbox's root (the agent's host uid),
 // replacing any stale one. Closing the listener removes the socket.
 func (i *Instance) ListenEgress() (net.Listener, error) {
+	return i.listenAgentSocket("egress", egressSockName)
+}
+
+// listenAgentSocket binds the socket name in the sandbox's egress
+// directory, which its agent holds (see egressDir), 0600 and owned by
+// the sandbox's root (the agent's host uid), replacing any stale one;
+// what says what it is for in errors. Closing the listener removes the
+// socket.
+func (i *Instance) listenAgentSocket(what, name string) (net.Listener, error) {
 	select {
 	case <-i.destroyed:
 		return nil, fmt.Errorf("sandbox %s is destroyed: %w", i.id, errdefs.ErrFailedPrecondition)
@@ -70,29 +79,29 @@ func (i *Instance) ListenEgress() (net.Listener, error) {
 	dir := filepath.Join(i.dir, egressDirName)
 	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
 		// A build sandbox, or one an older daemon created.
-		return nil, fmt.Errorf("sandbox %s has no egress bridge: %w", i.id, errdefs.ErrNotSupported)
+		return nil, fmt.Errorf("sandbox %s has no %s bridge: %w", i.id, what, errdefs.ErrNotSupported)
 	}
-	path := filepath.Join(dir, egressSockName)
+	path := filepath.Join(dir, name)
 	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
-		return nil, fmt.Errorf("sandbox %s: egress socket: %w", i.id, err)
+		return nil, fmt.Errorf("sandbox %s: %s socket: %w", i.id, what, err)
 	}
 	// Bound through a descriptor of the directory: the state dir's path
 	// may be longer than a socket address holds (108 bytes).
 	dirfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: egress socket: %w", i.id, err)
+		return nil, fmt.Errorf("sandbox %s: %s socket: %w", i.id, what, err)
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: "/proc/self/fd/" + strconv.Itoa(dirfd) + "/" + egressSockName, Net: "unix"})
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: "/proc/self/fd/" + strconv.Itoa(dirfd) + "/" + name, Net: "unix"})
 	unix.Close(dirfd)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: egress socket: %w", i.id, err)
+		return nil, fmt.Errorf("sandbox %s: %s socket: %w", i.id, what, err)
 	}
 	ln.SetUnlinkOnClose(false)
 	uid := int(i.state.UIDBase)
 	if err := errors.Join(os.Chmod(path, 0o600), os.Chown(path, uid, uid)); err != nil {
 		ln.Close()
 		_ = os.Remove(path)
-		return nil, fmt.Errorf("sandbox %s: egress socket: %w", i.id, err)
+		return nil, fmt.Errorf("sandbox %s: %s socket: %w", i.id, what, err)
 	}
 	return &egressListener{UnixListener: ln, path: path}, nil
 }
@@ -119,7 +128,8 @@ var dnsBridgeAddrs = []string{"127.0.0.1:53", "[::1]:53"}
 
 // startEgressBridge starts the agent's egress bridge when the daemon gave
 // the sandbox an egress directory: runtime.EgressBridgeAddr, on the
-// sandbox's loopback, forwarded to the socket in that directory, and the
+// sandbox's loopback, forwarded to the socket in that directory, the
+// tools bridge (startToolsBridge), and the
 // DNS bridge on dnsBridgeAddrs, which sends each query to the same
 // socket (the proxy's DNS endpoint). The agent is root in the sandbox's
 // user namespace, which owns its network namespace, so it may bind port
@@ -129,6 +139,9 @@ func startEgressBridge(cfg *initConfig, log *slog.Logger) error {
 		return nil
 	}
 	unix.CloseOnExec(cfg.EgressFD)
+	if err := startToolsBridge(cfg, log); err != nil {
+		return fmt.Errorf("tools bridge: %w", err)
+	}
 	path := "/proc/self/fd/" + strconv.Itoa(cfg.EgressFD) + "/" + egressSockName
 	dial := func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer

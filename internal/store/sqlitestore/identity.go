@@ -87,8 +87,9 @@ func (s *Store) UpdateTenant(ctx context.Context, t store.Tenant) error {
 
 // DeleteTenant implements store.TenantStore: the check for active
 // sandboxes, the mark, the revocation of the keys and the deletion of
-// the secrets are one transaction on the single writer connection, so no
-// sandbox record, key or secret can be created in between.
+// the secrets, tools and toolsets are one transaction on the single
+// writer connection, so no sandbox record, key, secret or tool can be
+// created in between.
 func (s *Store) DeleteTenant(ctx context.Context, id string, at time.Time) error {
 	if at.IsZero() {
 		at = time.Now()
@@ -119,6 +120,11 @@ func (s *Store) DeleteTenant(ctx context.Context, id string, at time.Time) error
 		}
 		if _, err := tx.ExecContext(ctx, "DELETE FROM secrets WHERE tenant_id = ?", id); err != nil {
 			return fmt.Errorf("delete tenant %s: delete secrets: %w", id, wrap(err))
+		}
+		for _, table := range []string{"tools", "toolsets"} {
+			if _, err := tx.ExecContext(ctx, "DELETE FROM "+table+" WHERE tenant_id = ?", id); err != nil {
+				return fmt.Errorf("delete tenant %s: delete %s: %w", id, table, wrap(err))
+			}
 		}
 		return nil
 	})

@@ -1,7 +1,7 @@
 // Package storetest is the conformance suite every store.Store
 // implementation must pass: tenants, keys, sandbox records with quotas,
 // audit rows with the head anchor, secret rows with their count cap,
-// tenant scoping, error classes and correctness under concurrent writers. An implementation's tests call Run
+// tools and toolsets with theirs, tenant scoping, error classes and correctness under concurrent writers. An implementation's tests call Run
 // with a function that returns a fresh, empty store.
 package storetest
 
@@ -35,6 +35,9 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Secrets", func(t *testing.T) { testSecrets(t, newStore(t)) })
 	t.Run("SecretCapConcurrent", func(t *testing.T) { testSecretCapConcurrent(t, newStore(t)) })
 	t.Run("SecretsOfDeletedTenant", func(t *testing.T) { testSecretsOfDeletedTenant(t, newStore(t)) })
+	t.Run("Tools", func(t *testing.T) { testTools(t, newStore(t)) })
+	t.Run("ToolCaps", func(t *testing.T) { testToolCaps(t, newStore(t)) })
+	t.Run("ToolsOfDeletedTenant", func(t *testing.T) { testToolsOfDeletedTenant(t, newStore(t)) })
 }
 
 // base is a fixed time with a nanosecond part, to check precision.
