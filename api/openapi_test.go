@@ -63,6 +63,11 @@ var wireTypes = []wireType{
 	object[PutToolsetRequest]("PutToolsetRequest", false),
 	object[Toolset]("Toolset", true),
 	object[ToolsetList]("ToolsetList", true),
+	object[Approval]("Approval", true),
+	object[ApprovalList]("ApprovalList", true),
+	object[DecideApprovalRequest]("DecideApprovalRequest", false),
+	object[PutPolicyRequest]("PutPolicyRequest", false),
+	object[Policy]("Policy", true),
 	object[ExecRequest]("ExecRequest", false),
 	object[ExecResult]("ExecResult", true),
 	lines[ExecStreamLine]("ExecStreamLine", typeOf[OutputLine](), typeOf[ExecExit](), typeOf[StreamError]()),
@@ -127,6 +132,8 @@ var enums = []struct{ at, constant string }{
 	{"AuditRecord/properties/phase", "PhaseIntent"},
 	{"BuildStreamLine/properties/type", "BuildStep"},
 	{"ToolUpstream/properties/kind", "UpstreamHTTP"},
+	{"ApprovalState", "ApprovalPending"},
+	{"DecideApprovalRequest/properties/decision", "DecisionApprove"},
 }
 
 // openAPIDoc is openapi.yaml as generic JSON.

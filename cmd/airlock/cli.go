@@ -158,6 +158,9 @@ const cliUsage = `usage: airlock [--url URL] COMMAND [ARG...]
   tools ls [--json] | show NAME | rm NAME...
   toolsets create NAME [TOOL...] [--replace] [--json]
   toolsets ls [--json] | show NAME [--json] | rm NAME...
+  approvals ls [--pending] [--json] | show ID | approve|deny ID [--reason R]
+                            tool calls that wait for a person's decision
+  policy set -f FILE [--json] | show [--json] | rm   the tenant's Cedar policy for tool calls
   tenants create [--id ID] [--max-sandboxes N] [--json] NAME    (the operator's)
   tenants ls [--json]
   tenants rm ID...
@@ -234,6 +237,10 @@ func (c *cli) verbs() map[string]func(context.Context, []string) (int, error) {
 		"tool":       c.toolsCmd,
 		"toolsets":   c.toolsetsCmd,
 		"toolset":    c.toolsetsCmd,
+		"approvals":  c.approvalsCmd,
+		"approval":   c.approvalsCmd,
+		"policy":     c.policyCmd,
+		"policies":   c.policyCmd,
 		"tenants":    c.tenantsCmd,
 		"tenant":     c.tenantsCmd,
 		"doctor":     c.doctorCmd,

@@ -48,6 +48,8 @@ var completions = map[string]completion{
 	"secrets":    {subs: []string{"set", "ls", "rm"}},
 	"tools":      {subs: []string{"create", "ls", "show", "rm"}},
 	"toolsets":   {subs: []string{"create", "ls", "show", "rm"}},
+	"approvals":  {subs: []string{"ls", "show", "approve", "deny"}},
+	"policy":     {subs: []string{"set", "show", "rm"}},
 	"tenants":    {subs: []string{"create", "ls", "rm"}},
 	"prune":      {},
 	"doctor":     {},
@@ -60,7 +62,7 @@ var completions = map[string]completion{
 
 // completionAliases are verbs that completion does not offer (another
 // name of an offered one).
-var completionAliases = map[string]bool{"sandboxes": true, "key": true, "secret": true, "tool": true, "toolset": true, "tenant": true, "file": true, "context": true}
+var completionAliases = map[string]bool{"sandboxes": true, "key": true, "secret": true, "tool": true, "toolset": true, "approval": true, "policies": true, "tenant": true, "file": true, "context": true}
 
 func (c *cli) completionCmd(ctx context.Context, args []string) (int, error) {
 	fs := c.flags("completion", completionUsage)

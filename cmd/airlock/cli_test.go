@@ -105,7 +105,8 @@ func newCLIEnv(t *testing.T) *cliEnv {
 		t.Fatal(err)
 	}
 	h, err := api.New(api.Config{Sandboxes: e.mgr, Auth: e.auth, Audit: log, AuditLog: log, AuditSigner: e.signer, Keys: e.auth,
-		Tenants: e.auth, Quota: e.auth, Secrets: e.secrets, Tools: gateway.NewRegistry(st)})
+		Tenants: e.auth, Quota: e.auth, Secrets: e.secrets, Tools: gateway.NewRegistry(st),
+		Policies: st})
 	if err != nil {
 		t.Fatal(err)
 	}

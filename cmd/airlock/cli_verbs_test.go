@@ -338,6 +338,7 @@ func TestHelpNamesRealFlags(t *testing.T) {
 		"secrets":    {"set", "ls", "rm"},
 		"tools":      {"create", "ls", "show", "rm"},
 		"toolsets":   {"create", "ls", "show", "rm"},
+		"policy":     {"set", "show", "rm"},
 	}
 	for verb, subs := range groups {
 		flags := map[string]bool{"--url": true}

@@ -5,7 +5,9 @@
 // templates:write; see Config.Templates), a tenant's secrets
 // (write-only: their metadata comes back, never a value; see
 // Config.Secrets), a tenant's tools and toolsets of the tool gateway
-// (tools:read and tools:write; see Config.Tools), plus health endpoints. It is
+// (tools:read and tools:write; see Config.Tools) and its Cedar policy
+// text (Config.Policies), the tool calls that wait for a person's
+// decision (approvals scope; see Config.Approvals), plus health endpoints. It is
 // the one place where internal errors become HTTP statuses and public error
 // codes (see publicError).
 //
@@ -17,7 +19,8 @@
 // delete, timeout, exec, file write, delete and mkdir, PTY session,
 // process signal and kill-all, key create and revoke, tenant create and
 // delete, template build and delete, secret put and delete, tool and
-// toolset create, update and delete) is recorded
+// toolset create, update and delete, policy update and delete, approval
+// decision) is recorded
 // twice in the audit log:
 // an intent,
 // durable before the action is carried out, and its outcome, durable
@@ -231,10 +234,19 @@ type Config struct {
 	// inspect, list, replace and remove a tenant's tools and toolsets);
 	// without it those routes answer 501 not_supported.
 	Tools ToolRegistry
+	// Policies, if set, serves /v1/policies (set, read and remove a
+	// tenant's Cedar policy text for the tool gateway; tools:write to
+	// change it, tools:read to read it); without it those routes answer
+	// 501 not_supported.
+	Policies PolicyStore
 	// ToolResolver, if set, resolves the tools and toolsets a create
 	// grants a sandbox (see ToolResolver); without it a create that
 	// names any answers 501 not_supported.
 	ToolResolver ToolResolver
+	// Approvals, if set, serves /v1/approvals (list, inspect and decide
+	// the tenant's tool calls that wait for approval); without it those
+	// routes answer 501 not_supported.
+	Approvals ApprovalQueue
 	// PortDomain, if set, is the wildcard domain of sandbox ports: a
 	// request whose host is {port}-{id}.{PortDomain} goes to that port
 	// of that sandbox (see ports.go). Its DNS and TLS are the operator's.
@@ -267,7 +279,9 @@ type Handler struct {
 	tpl         *registry.Service
 	secrets     SecretStore
 	tools       ToolRegistry
+	policies    PolicyStore
 	resolver    ToolResolver
+	approvals   ApprovalQueue
 	hostInfo    *Info
 	ready       func(ctx context.Context) error
 	log         *slog.Logger
@@ -312,7 +326,9 @@ func New(cfg Config) (*Handler, error) {
 		tpl:         cfg.Templates,
 		secrets:     cfg.Secrets,
 		tools:       cfg.Tools,
+		policies:    cfg.Policies,
 		resolver:    cfg.ToolResolver,
+		approvals:   cfg.Approvals,
 		hostInfo:    cfg.Info,
 		ready:       cfg.Ready,
 		log:         cfg.Log,
@@ -511,6 +527,12 @@ func (h *Handler) routes() []route {
 		{"GET", "/v1/toolsets/{name}", auth.ScopeToolsRead, "", h.getToolset},
 		{"PUT", "/v1/toolsets/{name}", auth.ScopeToolsWrite, ActionToolsetUpdate, h.replaceToolset},
 		{"DELETE", "/v1/toolsets/{name}", auth.ScopeToolsWrite, ActionToolsetDelete, h.deleteToolset},
+		{"GET", "/v1/approvals", auth.ScopeApprovals, "", h.listApprovals},
+		{"GET", "/v1/approvals/{id}", auth.ScopeApprovals, "", h.getApproval},
+		{"POST", "/v1/approvals/{id}", auth.ScopeApprovals, ActionApprovalDecide, h.decideApproval},
+		{"PUT", "/v1/policies", auth.ScopeToolsWrite, ActionPolicyUpdate, h.putPolicy},
+		{"GET", "/v1/policies", auth.ScopeToolsRead, "", h.getPolicy},
+		{"DELETE", "/v1/policies", auth.ScopeToolsWrite, ActionPolicyDelete, h.deletePolicy},
 	}
 }
 

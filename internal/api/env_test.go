@@ -240,7 +240,7 @@ func newTestEnv(t testing.TB, tune ...func(*Config)) *testEnv {
 	// keyWithout(s) has every scope the routes need but s (and never
 	// admin, which implies them all).
 	routeScopes := append(slices.Clone(apiScopes), auth.ScopeAuditRead, auth.ScopeTemplatesRead, auth.ScopeTemplatesWrite,
-		auth.ScopeToolsRead, auth.ScopeToolsWrite)
+		auth.ScopeToolsRead, auth.ScopeToolsWrite, auth.ScopeApprovals)
 	for _, s := range append(slices.Clone(routeScopes), auth.ScopeAdmin, auth.ScopeOperator) {
 		keys[keyWithout(s)] = auth.Principal{TenantID: tenantA, KeyID: "k-no-" + string(s),
 			Scopes: slices.DeleteFunc(slices.Clone(routeScopes), func(x auth.Scope) bool { return x == s })}

@@ -95,6 +95,12 @@ var routeRequests = map[string]routeRequest{
 	"GET /v1/toolsets/{name}":                           {},
 	"PUT /v1/toolsets/{name}":                           {body: `{"tools":[]}`},
 	"DELETE /v1/toolsets/{name}":                        {},
+	"GET /v1/approvals":                                 {},
+	"GET /v1/approvals/{id}":                            {},
+	"POST /v1/approvals/{id}":                           {body: `{"decision":"approve"}`},
+	"PUT /v1/policies":                                  {body: `{"cedar":"permit(principal, action, resource);"}`},
+	"GET /v1/policies":                                  {},
+	"DELETE /v1/policies":                               {},
 }
 
 // send sends route's request for sandbox id with token.

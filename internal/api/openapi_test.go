@@ -96,7 +96,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 // order; the reserved ones no route checks are not among them.
 func TestCheckedScopes(t *testing.T) {
 	got := CheckedScopes()
-	want := []string{"sandboxes:read", "sandboxes:write", "exec", "files", "audit:read", "templates:read", "templates:write", "tools:read", "tools:write", "admin", "operator"}
+	want := []string{"sandboxes:read", "sandboxes:write", "exec", "files", "audit:read", "templates:read", "templates:write", "tools:read", "tools:write", "approvals", "admin", "operator"}
 	var names []string
 	for _, s := range got {
 		names = append(names, string(s))

@@ -15,9 +15,10 @@ type Scope string
 // with Operator can create another.
 //
 // ToolsRead lists and inspects the tenant's tools and toolsets of the tool
-// gateway; ToolsWrite registers, replaces and removes them. ToolsCall and
-// Approvals are reserved for the rest of the gateway, which is not built
-// yet: keys may carry them, but no route checks them, so they grant
+// gateway; ToolsWrite registers, replaces and removes them. Approvals
+// lists, inspects and decides the tool calls that wait for a person's
+// decision (/v1/approvals). ToolsCall is reserved for the rest of the
+// gateway: keys may carry it, but no route checks it, so it grants
 // nothing today.
 const (
 	ScopeSandboxesRead  Scope = "sandboxes:read"

@@ -210,9 +210,18 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	// every sandbox (sandbox.Config.ToolsLib).
 	toolRegistry := gateway.NewRegistry(st)
 	allowUpstream := parseGatewayAllow(cfg.GatewayAllow)
+	// Calls of tools that require approval wait in memory for a
+	// decision at /v1/approvals.
+	approvals, err := gateway.NewApprovals(gateway.ApprovalsConfig{})
+	if err != nil {
+		return err
+	}
 	gw, err := gateway.New(gateway.Config{
 		Registry: toolRegistry,
+		Approve:  approvals.Approve,
 		Secrets:  secrets.NewReader(data.secrets),
+		// Each tenant's Cedar policy text, set at /v1/policies.
+		Policies: storePolicies(st),
 		Record:   toolAudit{log: auditLog, logger: log.With("component", "gateway")}.Record,
 		AllowUpstream: func(a netip.Addr) bool {
 			return slices.ContainsFunc(allowUpstream, func(p netip.Prefix) bool { return p.Contains(a) })
@@ -304,9 +313,11 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		Templates:   tplRoutes,
 		Secrets:     data.secrets,
 		Tools:       toolRegistry,
+		Policies:    st,
 		PortDomain:  cfg.PortDomain,
 		// The tools a create names, resolved by the gateway's registry.
 		ToolResolver: toolResolver,
+		Approvals:    approvals,
 		Info: &api.Info{
 			Version:   Version(),
 			Runtime:   rt.Name(),

@@ -42,6 +42,7 @@ type Store interface {
 	AuditStore
 	SecretStore
 	ToolStore
+	PolicyStore
 	// Close releases the store. Calls after Close fail.
 	Close() error
 }
@@ -58,7 +59,7 @@ type TenantStore interface {
 	// ErrNotFound for a deleted one.
 	UpdateTenant(ctx context.Context, t Tenant) error
 	// DeleteTenant marks the tenant deleted at the given time, revokes
-	// every key of it and deletes its secrets, tools and toolsets, in one transaction. It is ErrNotFound for a
+	// every key of it and deletes its secrets, tools, toolsets and policy, in one transaction. It is ErrNotFound for a
 	// missing or already deleted tenant and ErrFailedPrecondition while
 	// the tenant has an active sandbox record (state other than
 	// SandboxStopped). A deleted tenant's row stays (GetTenant and
@@ -196,6 +197,22 @@ type ToolStore interface {
 	DeleteToolset(ctx context.Context, tenantID, name string) error
 }
 
+// PolicyStore keeps each tenant's Cedar policy document for the tool
+// gateway: at most one per tenant, the text as it was given (the API
+// checks that it parses), at most MaxPolicyBytes.
+type PolicyStore interface {
+	// PutPolicy sets the tenant's policy text, replacing any, with its
+	// update time; ErrNotFound for an unknown or deleted tenant,
+	// ErrInvalidArgument for an empty or too large text.
+	PutPolicy(ctx context.Context, tenantID, text string, updatedAt time.Time) error
+	// GetPolicy returns the tenant's policy text and its update time, or
+	// ErrNotFound if it has none.
+	GetPolicy(ctx context.Context, tenantID string) (text string, updatedAt time.Time, err error)
+	// DeletePolicy removes the tenant's policy; ErrNotFound if it has
+	// none.
+	DeletePolicy(ctx context.Context, tenantID string) error
+}
+
 // Caps on stored values.
 const (
 	MaxIDBytes           = 64
@@ -230,6 +247,8 @@ const (
 	MaxToolsetsPerTenant = 100
 	MaxToolNameBytes     = 64
 	MaxToolDocBytes      = 1 << 20
+	// MaxPolicyBytes caps a tenant's Cedar policy text.
+	MaxPolicyBytes = 256 << 10
 )
 
 // The range of times the store keeps: nanoseconds since 1970 fit an
@@ -747,4 +766,24 @@ func (r ToolRecord) Validate() error {
 		}
 	}
 	return nil
+}
+
+// ValidatePolicy reports a policy the store refuses: an invalid tenant
+// ID, an empty text, one larger than MaxPolicyBytes or not UTF-8, or an
+// update time out of range.
+func ValidatePolicy(tenantID, text string, updatedAt time.Time) error {
+	if err := validID("tenant", tenantID); err != nil {
+		return err
+	}
+	switch {
+	case text == "":
+		return fmt.Errorf("policy text is empty (delete the policy instead): %w", errdefs.ErrInvalidArgument)
+	case len(text) > MaxPolicyBytes:
+		return fmt.Errorf("policy text is %d bytes, more than the %d allowed: %w", len(text), MaxPolicyBytes, errdefs.ErrInvalidArgument)
+	case !utf8.ValidString(text) || strings.ContainsRune(text, 0):
+		return fmt.Errorf("policy text is not UTF-8 text: %w", errdefs.ErrInvalidArgument)
+	case updatedAt.IsZero():
+		return fmt.Errorf("policy update time is required: %w", errdefs.ErrInvalidArgument)
+	}
+	return checkTime("policy update time", updatedAt)
 }

@@ -87,7 +87,7 @@ func (s *Store) UpdateTenant(ctx context.Context, t store.Tenant) error {
 
 // DeleteTenant implements store.TenantStore: the check for active
 // sandboxes, the mark, the revocation of the keys and the deletion of
-// the secrets, tools and toolsets are one transaction on the single
+// the secrets, tools, toolsets and policy are one transaction on the single
 // writer connection, so no sandbox record, key, secret or tool can be
 // created in between.
 func (s *Store) DeleteTenant(ctx context.Context, id string, at time.Time) error {
@@ -121,7 +121,7 @@ func (s *Store) DeleteTenant(ctx context.Context, id string, at time.Time) error
 		if _, err := tx.ExecContext(ctx, "DELETE FROM secrets WHERE tenant_id = ?", id); err != nil {
 			return fmt.Errorf("delete tenant %s: delete secrets: %w", id, wrap(err))
 		}
-		for _, table := range []string{"tools", "toolsets"} {
+		for _, table := range []string{"tools", "toolsets", "policies"} {
 			if _, err := tx.ExecContext(ctx, "DELETE FROM "+table+" WHERE tenant_id = ?", id); err != nil {
 				return fmt.Errorf("delete tenant %s: delete %s: %w", id, table, wrap(err))
 			}

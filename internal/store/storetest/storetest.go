@@ -38,6 +38,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Tools", func(t *testing.T) { testTools(t, newStore(t)) })
 	t.Run("ToolCaps", func(t *testing.T) { testToolCaps(t, newStore(t)) })
 	t.Run("ToolsOfDeletedTenant", func(t *testing.T) { testToolsOfDeletedTenant(t, newStore(t)) })
+	t.Run("Policies", func(t *testing.T) { testPolicies(t, newStore(t)) })
 }
 
 // base is a fixed time with a nanosecond part, to check precision.
