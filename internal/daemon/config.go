@@ -93,6 +93,10 @@ type Config struct {
 	// refuses every other such address, so that a tenant's tool cannot
 	// reach the host's own services or the cloud's metadata.
 	GatewayAllow string `json:"gateway_allow"`
+	// ApprovalWebhook, if set, is an http(s) URL told of each new
+	// approval a tool call waits for (id, tenant, sandbox, tool, expiry;
+	// never the arguments).
+	ApprovalWebhook string `json:"approval_webhook"`
 	// OpenUplink is the interface through which sandboxes in the open
 	// network mode reach out, masqueraded (see internal/opennet). Empty:
 	// that mode is refused; the daemon never guesses it from the
@@ -281,6 +285,8 @@ var settings = []setting{
 		func(c *Config) any { return &c.EgressIdleTimeout }},
 	{"gateway-allow", "CIDRS", "comma-separated address ranges that tools' HTTP upstreams may be at although not public (loopback, private...); empty: none",
 		func(c *Config) any { return &c.GatewayAllow }},
+	{"approval-webhook", "URL", "http(s) URL POSTed {id, tenant, sandbox, tool, expires_at} of each new approval a tool call waits for (empty: none)",
+		func(c *Config) any { return &c.ApprovalWebhook }},
 	{"open-uplink", "IFACE", "interface through which sandboxes in network mode open reach out, masqueraded (empty: mode open is refused)",
 		func(c *Config) any { return &c.OpenUplink }},
 	{"open-pool", "CIDR", "IPv4 prefix the addresses of open sandboxes come from, a /30 each (default 100.96.0.0/16)",
@@ -474,6 +480,8 @@ func (c Config) Validate() error {
 		return bad("egress idle timeout must be between 1s and 24h")
 	case c.GatewayAllow != "" && parseGatewayAllow(c.GatewayAllow) == nil:
 		return bad("gateway allow %q must be comma-separated IP addresses or CIDRs", c.GatewayAllow)
+	case c.ApprovalWebhook != "" && !validWebhookURL(c.ApprovalWebhook):
+		return bad("approval webhook %q must be an absolute http or https URL without credentials", c.ApprovalWebhook)
 	case c.OpenUplink == "" && (c.OpenPool != "" || c.OpenNetNS != ""):
 		return bad("open pool and open netns need an open uplink")
 	case c.OpenPool != "" && !validPool(c.OpenPool):

@@ -212,7 +212,13 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	allowUpstream := parseGatewayAllow(cfg.GatewayAllow)
 	// Calls of tools that require approval wait in memory for a
 	// decision at /v1/approvals.
-	approvals, err := gateway.NewApprovals(gateway.ApprovalsConfig{})
+	var acfg gateway.ApprovalsConfig
+	if cfg.ApprovalWebhook != "" {
+		hook := newApprovalWebhook(cfg.ApprovalWebhook, log.With("component", "approvals"))
+		defer hook.Close()
+		acfg.Notify = hook.Notify
+	}
+	approvals, err := gateway.NewApprovals(acfg)
 	if err != nil {
 		return err
 	}
