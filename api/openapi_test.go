@@ -22,6 +22,8 @@ var wireTypes = []wireType{
 	object[Error]("Error", true),
 	object[Limits]("Limits", true),
 	object[Network]("Network", false),
+	object[CommandPolicy]("CommandPolicy", false),
+	object[CommandRule]("CommandRule", true),
 	object[NetworkCredential]("NetworkCredential", false),
 	object[NetworkLimits]("NetworkLimits", false),
 	object[NetworkStats]("NetworkStats", true),

@@ -125,6 +125,36 @@ type CreateSandboxRequest struct {
 	// gateway at AIRLOCK_TOOLS_URL. An unknown name is 404 not_found.
 	Tools    []string `json:"tools,omitempty"`
 	Toolsets []string `json:"toolsets,omitempty"`
+	// CommandPolicy, if set, judges every command exec runs in the
+	// sandbox before it runs (see CommandPolicy).
+	CommandPolicy *CommandPolicy `json:"command_policy,omitempty"`
+}
+
+// CommandPolicy is a sandbox's allow/ask/deny policy over the commands
+// exec runs. The command line (or argument list) is parsed as shell
+// syntax and each simple command in it (of pipelines, lists,
+// substitutions, bash -c strings, wrappers such as env, sudo, timeout,
+// xargs) is judged; the exec gets the most restrictive action (deny >
+// ask > allow). What cannot be resolved statically (a command from a
+// variable) fails closed. deny is 403 permission_denied; ask waits for
+// a decision at /v1/approvals, or is denied where the daemon has no
+// approval queue. It is a guard-rail, not a boundary: a program can
+// always write a script and run it; the sandbox is the boundary.
+type CommandPolicy struct {
+	// Rules give an action to the commands their prefix matches; a
+	// command several match gets the most restrictive.
+	Rules []CommandRule `json:"rules,omitempty"`
+	// Default is the action of a command no rule matches: "allow"
+	// (when empty), "ask" or "deny".
+	Default string `json:"default,omitempty"`
+}
+
+// CommandRule gives Action ("allow", "ask" or "deny") to every command
+// whose words begin with Prefix; the first word is compared by its base
+// name (git matches /usr/bin/git) and "*" matches any one word.
+type CommandRule struct {
+	Action string   `json:"action"`
+	Prefix []string `json:"prefix"`
 }
 
 // TimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout.
@@ -149,6 +179,8 @@ type Sandbox struct {
 	// Tools are the names of the tools granted to it (its tools and its
 	// toolsets' at create), sorted; absent when none.
 	Tools []string `json:"tools,omitempty"`
+	// CommandPolicy is its command policy; absent when it has none.
+	CommandPolicy *CommandPolicy `json:"command_policy,omitempty"`
 	// CreatedAt is when it was created.
 	CreatedAt time.Time `json:"created_at"`
 	// ExpiresAt is when its timeout ends it.

@@ -42,7 +42,19 @@ type CreateSandboxRequest struct {
 	// gateway at $AIRLOCK_TOOLS_URL. An unknown name is ErrNotFound.
 	Tools    []string
 	Toolsets []string
+	// CommandPolicy, if set, judges every command Exec runs in the
+	// sandbox: a denied one is ErrForbidden, one it asks about
+	// waits for an approval (see api.CommandPolicy).
+	CommandPolicy *CommandPolicy
 }
+
+// CommandPolicy is a sandbox's allow/ask/deny policy over the commands
+// exec runs; CommandRule one of its rules. It is a guard-rail for
+// agents, not a boundary: the sandbox is.
+type (
+	CommandPolicy = api.CommandPolicy
+	CommandRule   = api.CommandRule
+)
 
 // State is where a sandbox is in its lifecycle.
 type State = api.State
@@ -85,6 +97,8 @@ type Sandbox struct {
 	Metadata map[string]string
 	// Tools are the names of the tools granted to the sandbox, sorted.
 	Tools []string
+	// CommandPolicy is its command policy; nil when it has none.
+	CommandPolicy *CommandPolicy
 	// CreatedAt, ExpiresAt and MaxExpiresAt (the latest expiry SetTimeout
 	// can reach) are server times.
 	CreatedAt      time.Time
@@ -128,6 +142,7 @@ func sandboxFrom(b *api.Sandbox) *Sandbox {
 		EndReason:      b.EndReason,
 		Error:          b.Error,
 	}
+	sb.CommandPolicy = b.CommandPolicy
 	if b.StoppedAt != nil {
 		sb.StoppedAt = *b.StoppedAt
 	}
@@ -163,6 +178,7 @@ func (c *Client) CreateSandbox(ctx context.Context, req CreateSandboxRequest) (*
 		Tools:        req.Tools,
 		Toolsets:     req.Toolsets,
 	}
+	in.CommandPolicy = req.CommandPolicy
 	var out api.Sandbox
 	if err := c.doJSON(ctx, http.MethodPost, "/v1/sandboxes", nil, in, &out, http.StatusCreated); err != nil {
 		return nil, err

@@ -249,6 +249,9 @@ func (h *Handler) exec(c *call) error {
 		return err
 	}
 	c.ev.Details = req.auditDetails()
+	if err := h.checkCommandPolicy(c, sb, &req); err != nil {
+		return err
+	}
 	stream := wantsNDJSON(c.r)
 	cost := h.execCost()
 	if stream {

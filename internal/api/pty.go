@@ -162,6 +162,11 @@ func (h *Handler) pty(c *call) error {
 	if err := checkUpgrade(c.r); err != nil {
 		return err
 	}
+	// A command policy judges the terminal's command (by default the
+	// login shell), never what is typed into it.
+	if err := h.checkCommandPolicy(c, sb, &execRequest{Command: params.cmd}); err != nil {
+		return err
+	}
 	release, err := c.admit(sb.ID, streamCost)
 	if err != nil {
 		return err

@@ -141,6 +141,7 @@ func toSandboxJSON(sb sandbox.Sandbox) wire.Sandbox {
 		EndReason:      sb.EndReason,
 		Error:          sb.Error,
 	}
+	out.CommandPolicy = commandPolicyJSON(sb.CmdPolicy)
 	if !sb.StoppedAt.IsZero() {
 		t := sb.StoppedAt.UTC()
 		out.StoppedAt = &t
@@ -268,6 +269,9 @@ func (h *Handler) createSandbox(c *call) error {
 		c.ev.Details["tools"] = spec.Tools
 	}
 	spec.KeyID = c.p.KeyID
+	if spec.CommandPolicy = commandPolicyFrom(req.CommandPolicy); spec.CommandPolicy != nil {
+		c.ev.Details["command_policy"] = req.CommandPolicy
+	}
 	quota, err := h.tenantQuota(c.r.Context(), c.p.TenantID)
 	if err != nil {
 		return err

@@ -290,6 +290,7 @@ func (m *Manager) createCold(ctx context.Context, rs resolvedSpec) (Sandbox, err
 			Metadata:     rs.metadata,
 			Network:      rs.network,
 			Tools:        rs.tools,
+			CmdPolicy:    rs.cmdPolicy,
 			CreatedAt:    now,
 			ExpiresAt:    now.Add(rs.timeout),
 			MaxExpiresAt: now.Add(m.cfg.MaxLifetime),

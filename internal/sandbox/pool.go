@@ -159,6 +159,7 @@ func (m *Manager) claimRecord(pm *poolMember, p *pool, rs resolvedSpec, now time
 			Metadata:     rs.metadata,
 			Network:      rs.network,
 			Tools:        rs.tools,
+			CmdPolicy:    rs.cmdPolicy,
 			CreatedAt:    now,
 			ExpiresAt:    now.Add(rs.timeout),
 			MaxExpiresAt: now.Add(m.cfg.MaxLifetime),

@@ -233,6 +233,7 @@ func (m *Manager) recoverInstance(inst runtime.Instance, now time.Time) func(con
 			Env:          p.Env,
 			Metadata:     p.Metadata,
 			Tools:        p.Tools,
+			CmdPolicy:    p.CommandPolicy,
 			CreatedAt:    p.CreatedAt,
 			ExpiresAt:    p.ExpiresAt,
 			MaxExpiresAt: p.MaxExpiresAt,

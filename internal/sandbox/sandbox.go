@@ -60,6 +60,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/airlock-sandbox/airlock/internal/cmdpolicy"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/gateway"
@@ -142,6 +143,9 @@ type Spec struct {
 	// KeyID is the API key that creates the sandbox, given to the
 	// gateway with each of its calls (gateway.Caller.KeyID).
 	KeyID string
+	// CommandPolicy, if set, judges the commands the API execs in the
+	// sandbox (see cmdpolicy.go). Kept with the sandbox.
+	CommandPolicy *cmdpolicy.Policy
 }
 
 // Sandbox is a point-in-time snapshot of one sandbox. It is a copy: the
@@ -158,6 +162,9 @@ type Sandbox struct {
 	Network Network
 	// Tools are the names of the tools granted to it, sorted.
 	Tools []string
+	// CmdPolicy is its command policy (Spec.CommandPolicy), if any;
+	// never modified.
+	CmdPolicy *cmdpolicy.Policy
 	// CreatedAt is when the sandbox was handed to its creator (for a
 	// pooled sandbox, when it was claimed).
 	CreatedAt time.Time
@@ -544,6 +551,7 @@ type resolvedSpec struct {
 	policy      *egress.Policy // nil in mode none
 	tools       []string
 	keyID       string
+	cmdPolicy   *cmdpolicy.Policy
 }
 
 // envKeyPattern is what an environment variable name may look like.
@@ -611,6 +619,10 @@ func (c Config) resolve(s Spec, templates *template.Registry) (resolvedSpec, err
 	if err != nil {
 		return resolvedSpec{}, err
 	}
+	cmdPolicy, err := checkCommandPolicy(s.CommandPolicy)
+	if err != nil {
+		return resolvedSpec{}, err
+	}
 	return resolvedSpec{
 		owner:       s.Owner,
 		template:    src,
@@ -626,6 +638,7 @@ func (c Config) resolve(s Spec, templates *template.Registry) (resolvedSpec, err
 		policy:      policy,
 		tools:       tools,
 		keyID:       s.KeyID,
+		cmdPolicy:   cmdPolicy,
 	}, nil
 }
 

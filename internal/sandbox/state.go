@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/cmdpolicy"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 )
@@ -47,6 +48,8 @@ type persisted struct {
 	// created it (see Spec).
 	Tools []string `json:"tools,omitempty"`
 	KeyID string   `json:"key_id,omitempty"`
+	// CommandPolicy is the sandbox's command policy, if any.
+	CommandPolicy *cmdpolicy.Policy `json:"command_policy,omitempty"`
 	// Ending is set, with its reason, before the sandbox is destroyed:
 	// a restart finishes the destroy instead of adopting the sandbox
 	// (which the interrupted destroy may have left frozen).
@@ -59,6 +62,7 @@ func (r *record) persisted() persisted {
 	p := persistedOf(&r.sb)
 	p.Pending, p.Origin = r.pending, r.origin
 	p.Tools, p.KeyID = r.sb.Tools, r.keyID
+	p.CommandPolicy = r.sb.CmdPolicy
 	if r.sb.Network.Mode == NetworkAllowlist {
 		n := cloneNetwork(r.sb.Network)
 		p.Network = &n
