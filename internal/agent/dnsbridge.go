@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
@@ -142,39 +141,10 @@ func (b *dnsBridge) serveUDP(ctx context.Context, wg *sync.WaitGroup, pc net.Pac
 
 // serveTCP accepts connections until ctx ends (nil) or ln fails.
 func (b *dnsBridge) serveTCP(ctx context.Context, wg *sync.WaitGroup, ln net.Listener) error {
-	conns := make(chan struct{}, maxDNSTCPConns)
-	var backoff time.Duration
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				select {
-				case <-time.After(backoff):
-					continue
-				case <-ctx.Done():
-					return nil
-				}
-			}
-			return fmt.Errorf("dns bridge: tcp: %w", err)
-		}
-		backoff = 0
-		select {
-		case conns <- struct{}{}:
-		default:
-			c.Close()
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-conns }()
-			b.serveConn(ctx, c)
-		}()
+	if err := acceptEach(ctx, ln, wg, maxDNSTCPConns, func(c net.Conn) { b.serveConn(ctx, c) }); err != nil {
+		return fmt.Errorf("dns bridge: tcp: %w", err)
 	}
+	return nil
 }
 
 // serveConn answers the queries of one TCP connection, one at a time,

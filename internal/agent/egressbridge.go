@@ -2,11 +2,9 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -38,39 +36,7 @@ func ServeEgressBridge(ctx context.Context, ln net.Listener, dial func(context.C
 	}()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
-	slots := make(chan struct{}, maxBridgeConns)
-	var backoff time.Duration
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				select {
-				case <-time.After(backoff):
-					continue
-				case <-ctx.Done():
-					return nil
-				}
-			}
-			return err
-		}
-		backoff = 0
-		select {
-		case slots <- struct{}{}:
-		default:
-			c.Close()
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			bridge(ctx, c, dial)
-		}()
-	}
+	return acceptEach(ctx, ln, &wg, maxBridgeConns, func(c net.Conn) { bridge(ctx, c, dial) })
 }
 
 // bridge joins c to a new upstream connection until both directions end
