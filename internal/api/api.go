@@ -247,6 +247,11 @@ type Config struct {
 	// the tenant's tool calls that wait for approval); without it those
 	// routes answer 501 not_supported.
 	Approvals ApprovalQueue
+	// ToolCalls, if set, traces the tool calls of programs (the run
+	// routes) and serves the relay of caller-executed tools
+	// (/v1/sandboxes/{id}/tool-calls); without it runs have no trace and
+	// those routes answer 501 not_supported.
+	ToolCalls ToolCalls
 	// PortDomain, if set, is the wildcard domain of sandbox ports: a
 	// request whose host is {port}-{id}.{PortDomain} goes to that port
 	// of that sandbox (see ports.go). Its DNS and TLS are the operator's.
@@ -282,6 +287,7 @@ type Handler struct {
 	policies    PolicyStore
 	resolver    ToolResolver
 	approvals   ApprovalQueue
+	toolCalls   ToolCalls
 	hostInfo    *Info
 	ready       func(ctx context.Context) error
 	log         *slog.Logger
@@ -329,6 +335,7 @@ func New(cfg Config) (*Handler, error) {
 		policies:    cfg.Policies,
 		resolver:    cfg.ToolResolver,
 		approvals:   cfg.Approvals,
+		toolCalls:   cfg.ToolCalls,
 		hostInfo:    cfg.Info,
 		ready:       cfg.Ready,
 		log:         cfg.Log,
@@ -488,6 +495,10 @@ func (h *Handler) routes() []route {
 		{"DELETE", "/v1/sandboxes/{id}/contexts/{cid}", auth.ScopeExec, ActionContextDelete, h.deleteContext},
 		{"POST", "/v1/sandboxes/{id}/contexts/{cid}/restart", auth.ScopeExec, ActionContextRestart, h.restartContext},
 		{"POST", "/v1/sandboxes/{id}/contexts/{cid}/interrupt", auth.ScopeExec, ActionContextInterrupt, h.interruptContext},
+		{"POST", "/v1/sandboxes/{id}/run", auth.ScopeExec, ActionSandboxRun, h.runSandbox},
+		{"GET", "/v1/sandboxes/{id}/tool-calls", auth.ScopeToolsCall, "", h.listToolCalls},
+		{"POST", "/v1/sandboxes/{id}/tool-calls/{call}", auth.ScopeToolsCall, ActionToolAnswer, h.answerToolCall},
+		{"POST", "/v1/run", auth.ScopeToolsCall, ActionRun, h.runOnce},
 		{"GET", "/v1/sandboxes/{id}/processes", auth.ScopeExec, "", h.listProcesses},
 		{"POST", "/v1/sandboxes/{id}/processes/kill", auth.ScopeExec, ActionProcessKillAll, h.killAllProcesses},
 		{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", auth.ScopeExec, ActionProcessSignal, h.signalProcess},

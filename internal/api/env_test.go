@@ -181,7 +181,7 @@ const (
 )
 
 // apiScopes are the scopes the routes of this package need.
-var apiScopes = []auth.Scope{auth.ScopeSandboxesRead, auth.ScopeSandboxesWrite, auth.ScopeExec, auth.ScopeFiles}
+var apiScopes = []auth.Scope{auth.ScopeSandboxesRead, auth.ScopeSandboxesWrite, auth.ScopeExec, auth.ScopeFiles, auth.ScopeToolsCall}
 
 // keyWithout is the token of a tenant-A key that has every API scope but s.
 func keyWithout(s auth.Scope) string { return "secret-key-a-without-" + string(s) }

@@ -341,7 +341,7 @@ const jsonChunk = 8 << 10
 // connection, so that the response never exists whole in memory (its
 // JSON escapes could make it 6 times the output). A client that does not
 // take a write within Limits.WriteIdleTimeout has its connection cut.
-func (c *call) writeExecResult(out wire.ExecResult, stdout, stderr []byte) error {
+func (c *call) writeExecResult(out any, stdout, stderr []byte) error {
 	head, err := json.Marshal(out) // without the output, which is nil
 	if err != nil {
 		return fmt.Errorf("encode exec result: %w: %v", errdefs.ErrInternal, err)

@@ -93,10 +93,10 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 }
 
 // TestCheckedScopes: the scopes routes check, each once, in a stable
-// order; the reserved ones no route checks are not among them.
+// order.
 func TestCheckedScopes(t *testing.T) {
 	got := CheckedScopes()
-	want := []string{"sandboxes:read", "sandboxes:write", "exec", "files", "audit:read", "templates:read", "templates:write", "tools:read", "tools:write", "approvals", "admin", "operator"}
+	want := []string{"sandboxes:read", "sandboxes:write", "exec", "files", "audit:read", "templates:read", "templates:write", "tools:read", "tools:write", "tools:call", "approvals", "admin", "operator"}
 	var names []string
 	for _, s := range got {
 		names = append(names, string(s))

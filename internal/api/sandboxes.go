@@ -272,17 +272,43 @@ func (h *Handler) createSandbox(c *call) error {
 	if spec.CommandPolicy = commandPolicyFrom(req.CommandPolicy); spec.CommandPolicy != nil {
 		c.ev.Details["command_policy"] = req.CommandPolicy
 	}
-	quota, err := h.tenantQuota(c.r.Context(), c.p.TenantID)
+	sb, undo, err := h.provision(c, spec)
 	if err != nil {
 		return err
 	}
+	if err := c.commit(); err != nil {
+		return undo(err)
+	}
+	if err := h.mgr.Confirm(c.r.Context(), sb.ID); err != nil {
+		// Rare (the data disk failing): the audit log says created, the
+		// daemon's log says why it went.
+		h.log.Error("confirming a created sandbox failed; destroying it", "sandbox", sb.ID, "err", err)
+		return undo(&apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable,
+			msg: "the sandbox could not be kept; create it again"})
+	}
+	c.w.Header().Set("Location", "/v1/sandboxes/"+sb.ID)
+	return c.json(http.StatusCreated, toSandboxJSON(sb))
+}
+
+// provision creates the sandbox spec describes for c's tenant, within
+// its quota: it writes c's audit intent first, creates the sandbox
+// provisional (Spec.Pending: a daemon killed before Confirm removes it
+// at restart and records why, naming the intent), and puts it on the
+// store's record, which the quota counts. It returns the sandbox and
+// undo, which destroys it, marks its record stopped and returns why.
+func (h *Handler) provision(c *call, spec sandbox.Spec) (sandbox.Sandbox, func(why error) error, error) {
+	quota, err := h.tenantQuota(c.r.Context(), c.p.TenantID)
+	if err != nil {
+		return sandbox.Sandbox{}, nil, err
+	}
 	if quota > 0 && len(h.mgr.List(sandbox.Filter{Owner: c.p.TenantID, Live: true})) >= quota {
-		return quotaErr(quota)
+		return sandbox.Sandbox{}, nil, quotaErr(quota)
 	}
 	if err := c.begin(); err != nil {
-		return err
+		return sandbox.Sandbox{}, nil, err
 	}
-	// Provisional until its outcome is on the record (Confirm below): a
+	// Provisional until its outcome is on the record (the caller
+	// confirms it then; a run never does): a
 	// daemon killed before then removes it at restart and records why,
 	// naming this intent, rather than keeping a sandbox whose create was
 	// never answered.
@@ -292,7 +318,7 @@ func (h *Handler) createSandbox(c *call) error {
 	}
 	sb, err := h.mgr.Create(c.r.Context(), spec)
 	if err != nil {
-		return err
+		return sandbox.Sandbox{}, nil, err
 	}
 	c.ev.Target = sb.ID
 	c.ev.Details["template"] = sb.Template
@@ -320,7 +346,7 @@ func (h *Handler) createSandbox(c *call) error {
 	case h.mgr.KeepsRecords():
 		// The store's quota check is atomic across concurrent creates.
 		if err := h.recordCreated(c.r.Context(), sb); err != nil {
-			return undo(err)
+			return sandbox.Sandbox{}, nil, undo(err)
 		}
 		recorded = true
 	case quota > 0:
@@ -328,21 +354,10 @@ func (h *Handler) createSandbox(c *call) error {
 		// ones within the quota stay, the newer ones go.
 		live := h.mgr.List(sandbox.Filter{Owner: c.p.TenantID, Live: true})
 		if i := slices.IndexFunc(live, func(s sandbox.Sandbox) bool { return s.ID == sb.ID }); i >= quota {
-			return undo(quotaErr(quota))
+			return sandbox.Sandbox{}, nil, undo(quotaErr(quota))
 		}
 	}
-	if err := c.commit(); err != nil {
-		return undo(err)
-	}
-	if err := h.mgr.Confirm(c.r.Context(), sb.ID); err != nil {
-		// Rare (the data disk failing): the audit log says created, the
-		// daemon's log says why it went.
-		h.log.Error("confirming a created sandbox failed; destroying it", "sandbox", sb.ID, "err", err)
-		return undo(&apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable,
-			msg: "the sandbox could not be kept; create it again"})
-	}
-	c.w.Header().Set("Location", "/v1/sandboxes/"+sb.ID)
-	return c.json(http.StatusCreated, toSandboxJSON(sb))
+	return sb, undo, nil
 }
 
 func quotaErr(n int) error {

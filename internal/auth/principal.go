@@ -17,9 +17,11 @@ type Scope string
 // ToolsRead lists and inspects the tenant's tools and toolsets of the tool
 // gateway; ToolsWrite registers, replaces and removes them. Approvals
 // lists, inspects and decides the tool calls that wait for a person's
-// decision (/v1/approvals). ToolsCall is reserved for the rest of the
-// gateway: keys may carry it, but no route checks it, so it grants
-// nothing today.
+// decision (/v1/approvals). ToolsCall runs one-shot programs that call
+// tools (POST /v1/run), each in a sandbox created and destroyed for it,
+// and answers the calls of caller-executed tools: a key with only it
+// can run programs with the tenant's tools but not keep or reach a
+// sandbox.
 const (
 	ScopeSandboxesRead  Scope = "sandboxes:read"
 	ScopeSandboxesWrite Scope = "sandboxes:write"

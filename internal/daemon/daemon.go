@@ -222,8 +222,15 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	if err != nil {
 		return err
 	}
+	// Calls of caller-executed tools wait in memory for the program's
+	// caller to answer them (/v1/sandboxes/{id}/tool-calls, run streams).
+	relay, err := gateway.NewRelay(gateway.RelayConfig{})
+	if err != nil {
+		return err
+	}
 	gw, err := gateway.New(gateway.Config{
 		Registry: toolRegistry,
+		Relay:    relay,
 		Approve:  approvals.Approve,
 		Secrets:  secrets.NewReader(data.secrets),
 		// Each tenant's Cedar policy text, set at /v1/policies.
@@ -324,6 +331,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		// The tools a create names, resolved by the gateway's registry.
 		ToolResolver: toolResolver,
 		Approvals:    approvals,
+		ToolCalls:    runToolCalls{gw, relay},
 		Info: &api.Info{
 			Version:   Version(),
 			Runtime:   rt.Name(),

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/api"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/gateway"
 )
@@ -72,3 +73,12 @@ func toolEvent(r gateway.Record) audit.Event {
 		Details:  d,
 	}
 }
+
+// runToolCalls is the gateway as the run and tool-call routes see it:
+// its observers and its relay of caller-executed tools.
+type runToolCalls struct {
+	*gateway.Gateway
+	*gateway.Relay
+}
+
+var _ api.ToolCalls = runToolCalls{}

@@ -103,6 +103,9 @@ type Config struct {
 	// (defaults DefaultBreakerFailures, DefaultBreakerOpen).
 	BreakerFailures int
 	BreakerOpen     time.Duration
+	// Relay hands the calls of caller-executed tools (UpstreamCaller)
+	// to the program's caller. nil: such calls fail.
+	Relay *Relay
 }
 
 // Gateway runs the call pipeline. It is safe for concurrent use.
@@ -113,7 +116,13 @@ type Gateway struct {
 	breakers *breakers
 	policies *policyCache
 	schemas  *schemaCache
+
+	obsMu     sync.Mutex
+	observers map[string]map[*observer]struct{} // by sandbox
 }
+
+// observer is one Observe subscription.
+type observer struct{ fn func(Record) }
 
 var _ Calls = (*Gateway)(nil)
 
@@ -157,6 +166,41 @@ func New(cfg Config) (*Gateway, error) {
 
 // Close releases the gateway's idle upstream connections.
 func (g *Gateway) Close() { g.client.close() }
+
+// Observe calls fn with the record of every call sandbox makes from now
+// until stop is called, after Config.Record, on the calling goroutine:
+// fn must not block. Records of calls that end after stop returns are
+// not given to fn.
+func (g *Gateway) Observe(sandbox string, fn func(Record)) (stop func()) {
+	o := &observer{fn: fn}
+	g.obsMu.Lock()
+	if g.observers == nil {
+		g.observers = map[string]map[*observer]struct{}{}
+	}
+	if g.observers[sandbox] == nil {
+		g.observers[sandbox] = map[*observer]struct{}{}
+	}
+	g.observers[sandbox][o] = struct{}{}
+	g.obsMu.Unlock()
+	return func() {
+		g.obsMu.Lock()
+		defer g.obsMu.Unlock()
+		delete(g.observers[sandbox], o)
+		if len(g.observers[sandbox]) == 0 {
+			delete(g.observers, sandbox)
+		}
+	}
+}
+
+// observe hands r to the observers of its sandbox. It holds obsMu
+// while they run, so that none is called after its stop returned.
+func (g *Gateway) observe(r Record) {
+	g.obsMu.Lock()
+	defer g.obsMu.Unlock()
+	for o := range g.observers[r.Caller.Sandbox] {
+		o.fn(r)
+	}
+}
 
 // Forget drops the budget counters of a sandbox; the daemon calls it
 // when the sandbox ends. Calls in flight finish normally.
@@ -388,7 +432,7 @@ func (cl *call) upstream(ctx context.Context, args map[string]any) ([]byte, erro
 	switch cl.tool.Upstream.Kind {
 	case UpstreamHTTP:
 	case UpstreamCaller:
-		return nil, failure(StageUpstream, errdefs.ErrNotSupported, "tool %s is caller-executed, and caller-executed tools are not served yet", cl.name)
+		return cl.relay(ctx, args)
 	default:
 		return nil, failure(StageUpstream, errdefs.ErrFailedPrecondition, "tool %s has no upstream of a known kind", cl.name)
 	}
@@ -402,6 +446,21 @@ func (cl *call) upstream(ctx context.Context, args map[string]any) ([]byte, erro
 		return nil, err
 	}
 	return ans.body, nil
+}
+
+// relay hands the call of a caller-executed tool to the program's
+// caller and waits for its answer, up to the tool's timeout. No circuit
+// breaker stands in front of it: the caller is not a shared upstream.
+func (cl *call) relay(ctx context.Context, args map[string]any) ([]byte, error) {
+	if cl.g.cfg.Relay == nil {
+		return nil, failure(StageUpstream, errdefs.ErrNotSupported, "tool %s is caller-executed, and this server relays no calls to callers", cl.name)
+	}
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil, failure(StageUpstream, errdefs.ErrInternal, "the arguments of tool %s could not be encoded", cl.name)
+	}
+	timeout := time.Duration(min(cl.tool.Governance.Timeout(), MaxTimeoutS)) * time.Second
+	return cl.g.cfg.Relay.Execute(ctx, cl.c, cl.name, raw, timeout)
 }
 
 // output turns the upstream's answer into the call's output: secrets
@@ -480,9 +539,6 @@ func jsonEscaped(s []byte) []byte {
 // record hands the call's record to Config.Record, with its arguments
 // redacted and every revealed secret scrubbed.
 func (cl *call) record(out json.RawMessage, err error, d time.Duration) {
-	if cl.g.cfg.Record == nil {
-		return
-	}
 	r := Record{Caller: cl.c, Tool: cl.name, Outcome: OutcomeOK, Start: cl.start, Duration: d, Status: cl.status, OutputBytes: len(out)}
 	if cl.recArgs != nil {
 		r.Args = cl.scrub(bytes.Clone(cl.recArgs))
@@ -505,7 +561,10 @@ func (cl *call) record(out json.RawMessage, err error, d time.Duration) {
 		r.Reason = strings.TrimPrefix(r.Reason+"; dry run, would be refused at "+strings.Join(cl.dry, "; "), "; ")
 	}
 	r.Reason = string(cl.scrub([]byte(r.Reason)))
-	cl.g.cfg.Record(r)
+	if cl.g.cfg.Record != nil {
+		cl.g.cfg.Record(r)
+	}
+	cl.g.observe(r)
 }
 
 // end releases the call's budget place and wipes the secrets it

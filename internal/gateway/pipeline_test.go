@@ -831,7 +831,7 @@ func TestCallUpstreamFailures(t *testing.T) {
 	}
 	wantRecord(t, h.rec.last(t), OutcomeError, StageUpstream)
 	_, err = h.g.Call(ctx, c, "local", nil)
-	wantErr(t, err, errdefs.ErrNotSupported, "caller-executed tools are not served yet")
+	wantErr(t, err, errdefs.ErrNotSupported, "this server relays no calls to callers")
 	wantRecord(t, h.rec.last(t), OutcomeError, StageUpstream)
 
 	cctx, cancel := context.WithCancel(ctx)
