@@ -127,6 +127,8 @@ const cliUsage = `usage: airlock [--url URL] COMMAND [ARG...]
   prune [-m K=V]...                     remove your failed sandboxes
   exec [-e K=V]... [-w DIR] [-u USER] [--timeout D] [-n] [--json] ID -- CMD...
   run [-t TEMPLATE] [exec flags] -- CMD...
+  program [-l LANG] [-c CODE | -f FILE] [--sandbox ID | --tool T... --toolset S...] [--trace] [--json]
+                            a program that calls tools; its output and tool-call trace
   cp SRC DST                one side is ID:PATH; - is stdin or stdout
   files ls [-d N] [--json] ID [PATH] | mkdir ID PATH... | rm [-r] ID PATH...
   shell [-u USER] ID [-- CMD...]        a login shell, or CMD on a terminal
@@ -221,6 +223,7 @@ func (c *cli) verbs() map[string]func(context.Context, []string) (int, error) {
 		"exec":       c.execCmd,
 		"code":       c.codeCmd,
 		"run":        c.runCmd,
+		"program":    c.programCmd,
 		"cp":         c.cpCmd,
 		"shell":      c.shellCmd,
 		"ps":         c.psCmd,

@@ -33,6 +33,7 @@ var completions = map[string]completion{
 	"sandbox":    {subs: []string{"create", "ls", "get", "rm", "extend"}, ids: true},
 	"exec":       {ids: true},
 	"run":        {},
+	"program":    {},
 	"cp":         {ids: true},
 	"shell":      {ids: true},
 	"ps":         {ids: true},

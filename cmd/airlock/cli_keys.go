@@ -36,6 +36,7 @@ var scopeHelp = map[auth.Scope]string{
 	auth.ScopeTemplatesWrite: "build, import and remove your tenant's templates",
 	auth.ScopeToolsRead:      "list and inspect your tenant's tools and toolsets",
 	auth.ScopeToolsWrite:     "register, replace and remove your tenant's tools and toolsets",
+	auth.ScopeToolsCall:      "run one-shot programs with your tenant's tools (airlock program) and answer their caller-executed calls",
 	auth.ScopeApprovals:      "list and decide your tenant's tool calls that wait for approval",
 	auth.ScopeAdmin:          "all of the above, API keys, secrets, the host report and audit verification",
 	auth.ScopeOperator:       "admin, and across tenants: tenants, shared templates, registry pulls",

@@ -4,14 +4,28 @@
 //
 // Every simple command the line holds is judged: those of pipelines,
 // lists, subshells, blocks, functions, loops, command and process
-// substitutions, and those run through a wrapper (env, sudo, exec,
-// timeout, nice, xargs, ...) or given to a shell as a string (bash -c,
-// sh -c, eval, a static here-document fed to a shell). The decision is
-// the most restrictive over them (deny > ask > allow). What cannot be
-// resolved statically (a command word or argument from a variable, a
+// substitutions, those given to a shell as a string (bash -c, sh -c,
+// eval, a static here-document fed to a shell), and those run through a
+// command that runs another (see wrappers): env, sudo, exec, timeout,
+// nice, xargs, su and runuser (-c's string is a shell script; runuser -u
+// USER runs a command), find's -exec, -execdir, -ok and -okdir, ssh (the
+// remote command is a shell script, as are -o ProxyCommand and the
+// like), flock (FILE CMD, FILE -c SCRIPT), watch, script -c, unshare,
+// nsenter, setpriv, chrt, prlimit and busybox (its applet). Their
+// options are read as getopt reads them (combined short flags, values
+// attached or not, --name=value). The decision is the most restrictive
+// over the commands (deny > ask > allow). What cannot be resolved
+// statically (a command word or argument from a variable, a
 // substitution or a glob, an option of a wrapper this package does not
-// know, a shell reading a script from a pipe) fails closed: it gets the
-// most restrictive action the policy could give any command.
+// know, a shell reading a script from a pipe, find's or xargs' {} in a
+// command's name) fails closed: it gets the most restrictive action the
+// policy could give any command.
+//
+// Interpreters' one-liners (python3 -c, perl -e, node -e, ruby -e) run
+// code, not command lines: they are judged as the interpreter itself (a
+// rule on python3 matches python3 -c '...'), and what the code runs is
+// not; the package does not pretend to parse them. Put interpreters on
+// ask or deny where that matters.
 //
 // The policy is a guard-rail for agents, not a security boundary: it
 // judges the command line the API receives, nothing a process runs
@@ -259,14 +273,18 @@ func staticWords(ws []*syntax.Word) (words []string, open bool) {
 // staticWord is the value of w after quote removal when it holds no
 // expansion at all (no parameter, arithmetic or command substitution,
 // glob, brace or tilde), so that it is one word whatever the
-// environment and the files.
+// environment and the files. A brace expansion needs an unquoted {, }
+// and , or .. ({a,b}, {1..3}); {} alone (find's, xargs') is a word.
 func staticWord(w *syntax.Word) (string, bool) {
+	var bare strings.Builder // the unquoted text
 	for i, part := range w.Parts {
 		switch x := part.(type) {
 		case *syntax.Lit:
-			if strings.ContainsAny(unescaped(x.Value), "*?[{") || (i == 0 && strings.HasPrefix(x.Value, "~")) {
+			u := unescaped(x.Value)
+			if strings.ContainsAny(u, "*?[") || (i == 0 && strings.HasPrefix(x.Value, "~")) {
 				return "", false
 			}
+			bare.WriteString(u)
 		case *syntax.SglQuoted:
 			if x.Dollar {
 				return "", false
@@ -283,6 +301,9 @@ func staticWord(w *syntax.Word) (string, bool) {
 		default:
 			return "", false
 		}
+	}
+	if b := bare.String(); strings.Contains(b, "{") && strings.Contains(b, "}") && (strings.Contains(b, ",") || strings.Contains(b, "..")) {
+		return "", false
 	}
 	fields, err := expand.Fields(nil, w)
 	if err != nil || len(fields) != 1 {
@@ -325,7 +346,11 @@ func (j *judge) argv(words []string, open bool, redirs []*syntax.Redirect, depth
 	}
 	name := path.Base(words[0])
 	if w, ok := wrappers[name]; ok {
-		j.ruleOnly(words, open)
+		if w.judged {
+			j.match(words, open)
+		} else {
+			j.ruleOnly(words, open)
+		}
 		return j.wrapper(name, w, words, open, redirs, depth)
 	}
 	if shells[name] {

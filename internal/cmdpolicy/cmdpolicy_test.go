@@ -139,6 +139,10 @@ func TestDecideUnresolved(t *testing.T) {
 		"sudo --weird-option git status",
 		"timeout 5 $CMD",
 		"git $'push'",
+		"git {push,}",
+		"git {pu,\"push\"}",
+		"git pu{sh,}",
+		"git push{,}",
 		"git $\"push\"",
 		"bash -c 'bash -c \"bash -c \\\"bash -c \\\\\\\"bash -c git\\\\\\\"\\\"\"'",
 	} {
@@ -157,7 +161,7 @@ func TestDecideUnresolved(t *testing.T) {
 	}
 	// An unresolved argument after a word that rules out every
 	// restrictive rule is no reason to fail closed.
-	for _, cmd := range []string{"git status $X", "git log $(date +%s)", "ls *.go", "echo $HOME"} {
+	for _, cmd := range []string{"git status $X", "git log $(date +%s)", "ls *.go", "echo $HOME", "git status {}", "git status {x}", "git status {a,b}"} {
 		if d := pushPolicy.Decide(cmd); d.Action != Allow {
 			t.Errorf("Decide(%q) = %s (%s), want allow", cmd, d.Action, d.Reason)
 		}
@@ -299,7 +303,9 @@ func TestValidate(t *testing.T) {
 // it resolves is never allowed by a policy that denies it.
 func FuzzDecide(f *testing.F) {
 	for _, s := range []string{"git push", "bash -c 'eval \"git push\"'", "sudo -u x env A=1 timeout 3 git push",
-		"f() { $X; }; f", "cat <<EOF\n$(git push)\nEOF", "xargs -I{} sh -c {}", "a=$((1+2)) b=${c:-d} e"} {
+		"f() { $X; }; f", "cat <<EOF\n$(git push)\nEOF", "xargs -I{} sh -c {}", "a=$((1+2)) b=${c:-d} e",
+		"su - root -lc 'git push'", "find . -exec git push {} +", "ssh -p22 h 'git push'", "watch -dn1 git push",
+		"flock -xn f -c 'git push'", "runuser -u x -- busybox git push", "ssh -oProxyCommand='git push' h"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
