@@ -277,7 +277,8 @@ type call struct {
 	tool  Tool
 	// recArgs are the arguments as records show them, once parsed.
 	recArgs json.RawMessage
-	// dry lists the refusals that the tool's dry-run mode let through.
+	// dry lists the refusals that were only recorded: those the tool's
+	// dry-run mode let through, and dry-run policies'.
 	dry     []string
 	dryStat string
 	release func()
@@ -371,8 +372,13 @@ func (cl *call) policy(ctx context.Context, args map[string]any) error {
 		return nil
 	}
 	calls := cl.g.budgets.calls(cl.c.Sandbox, cl.name)
-	if reason, ok := cl.g.policies.authorize(cl.c, cl.tool, args, calls, text); !ok {
+	reason, ok, dry := cl.g.policies.authorize(cl.c, cl.tool, args, calls, text)
+	if !ok {
 		return cl.dryOr(refuse(StagePolicy, errdefs.ErrPermissionDenied, "the call of tool %s is denied by policy: %s", cl.name, reason))
+	}
+	if dry != "" {
+		// A dry-run policy would have denied it: recorded, not enforced.
+		cl.noteDry(refuse(StagePolicy, errdefs.ErrPermissionDenied, "the call of tool %s is denied by dry-run policy: %s", cl.name, dry))
 	}
 	return nil
 }
@@ -393,11 +399,17 @@ func (cl *call) dryOr(err *stageError) error {
 	if !cl.tool.Governance.DryRun {
 		return err
 	}
+	cl.noteDry(err)
+	return nil
+}
+
+// noteDry notes a refusal that is only recorded (a dry-run tool's, or a
+// dry-run policy's).
+func (cl *call) noteDry(err *stageError) {
 	if len(cl.dry) == 0 {
 		cl.dryStat = err.stage
 	}
 	cl.dry = append(cl.dry, err.stage+": "+msgOf(err.err))
-	return nil
 }
 
 // approval waits for a person's decision where the tool requires one.

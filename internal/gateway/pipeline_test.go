@@ -981,3 +981,47 @@ func TestBreakerIgnoresCanceledCalls(t *testing.T) {
 	_, err := b.execute("t", func() (answer, error) { return answer{}, nil })
 	wantErr(t, err, errdefs.ErrUnavailable, "retry after 1 s")
 }
+
+// TestCallPolicyDryRun: a forbid policy annotated @dry_run never denies;
+// a call it would have denied goes ahead and its record names it. An
+// enforced forbid still denies beside it; a dry-run permit is refused as
+// a text.
+func TestCallPolicyDryRun(t *testing.T) {
+	srv := echoServer(t, 0, nil)
+	pay := httpTool("pay", srv.URL)
+	text := `
+permit(principal, action, resource);
+@id("watch-big")
+@dry_run("")
+forbid(principal, action, resource) when { context.args.amount > 500 };
+forbid(principal, action, resource) when { context.args.amount > 5000 };
+`
+	h := newHarness(t, func(c *Config) {
+		c.Policies = func(context.Context, string) (string, error) { return text, nil }
+	}, pay)
+	ctx := context.Background()
+	if _, err := h.g.Call(ctx, caller("pay"), "pay", json.RawMessage(`{"amount":100}`)); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.rec.last(t); r.DryRun || r.Reason != "" {
+		t.Errorf("a call no policy would refuse: %+v", r)
+	}
+	if _, err := h.g.Call(ctx, caller("pay"), "pay", json.RawMessage(`{"amount":1000}`)); err != nil {
+		t.Fatalf("a call only the dry-run policy refuses: %v", err)
+	}
+	r := h.rec.last(t)
+	wantRecord(t, r, OutcomeOK, StagePolicy)
+	if !r.DryRun || !strings.Contains(r.Reason, "dry run, would be refused at policy") || !strings.Contains(r.Reason, "watch-big (line 3)") {
+		t.Errorf("the dry-run refusal's record: %+v", r)
+	}
+	_, err := h.g.Call(ctx, caller("pay"), "pay", json.RawMessage(`{"amount":9000}`))
+	wantErr(t, err, errdefs.ErrPermissionDenied, "policy2 (line 6)")
+
+	for _, bad := range []string{
+		`@dry_run("") permit(principal, action, resource);`,
+	} {
+		if err := CheckPolicies(bad); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "only forbid policies") {
+			t.Errorf("CheckPolicies(%q) = %v", bad, err)
+		}
+	}
+}

@@ -31,6 +31,12 @@ import (
 // applies, and any applicable forbid wins. Unlike plain Cedar, a forbid
 // policy that fails to evaluate (say it reads an argument the call does
 // not have) denies the call: the gateway fails closed.
+//
+// A forbid policy annotated @dry_run (log only) never denies: a call it
+// would have denied goes ahead, and its record says which dry-run
+// policies would have refused it (so a new rule can be watched before
+// it is enforced). Only forbid policies may be dry-run: a dry-run
+// permit would widen nothing and hide nothing, so the text is refused.
 const (
 	cedarSandboxType = types.EntityType("Airlock::Sandbox")
 	cedarToolType    = types.EntityType("Airlock::Tool")
@@ -46,11 +52,17 @@ type policyCache struct {
 }
 
 type parsedPolicies struct {
-	text  string
-	set   *cedar.PolicySet
+	text string
+	set  *cedar.PolicySet // the enforced policies
+	// dry holds the enforced policies and the dry-run forbids; nil
+	// when there are none of those.
+	dry   *cedar.PolicySet
 	names map[cedar.PolicyID]string // what a reason calls each policy
 	err   error                     // the parse error, if the text does not parse
 }
+
+// dryRunAnnotation marks a forbid policy that only records.
+const dryRunAnnotation = "dry_run"
 
 // maxCachedPolicies caps policyCache's tenants; past it the cache starts
 // over.
@@ -98,15 +110,26 @@ func parsePolicies(text string) *parsedPolicies {
 		return p
 	}
 	p.set = cedar.NewPolicySet()
+	all := cedar.NewPolicySet()
 	p.names = make(map[cedar.PolicyID]string, len(list))
 	for i, pol := range list {
 		id := cedar.PolicyID("policy" + strconv.Itoa(i))
-		p.set.Add(id, pol)
 		name := string(id)
 		if a, ok := pol.Annotations()["id"]; ok && a != "" {
 			name = string(a)
 		}
 		p.names[id] = fmt.Sprintf("%s (line %d)", name, pol.Position().Line)
+		all.Add(id, pol)
+		if _, dry := pol.Annotations()[dryRunAnnotation]; dry {
+			if pol.Effect() != cedar.Forbid {
+				p.set, p.dry = nil, nil
+				p.err = fmt.Errorf("policy %s: only forbid policies can be @%s", p.names[id], dryRunAnnotation)
+				return p
+			}
+			p.dry = all
+			continue
+		}
+		p.set.Add(id, pol)
 	}
 	return p
 }
@@ -114,10 +137,13 @@ func parsePolicies(text string) *parsedPolicies {
 // authorize asks the tenant's policies, text, about c calling t with
 // args. It returns whether the call is permitted and, when it is not,
 // why, naming the policies that decided.
-func (pc *policyCache) authorize(c Caller, t Tool, args map[string]any, calls int64, text string) (string, bool) {
+//
+// dry, when the call is permitted, names the dry-run forbids that would
+// have denied it ("" when none would).
+func (pc *policyCache) authorize(c Caller, t Tool, args map[string]any, calls int64, text string) (reason string, ok bool, dry string) {
 	p := pc.parsed(c.Tenant, text)
 	if p.err != nil {
-		return "the tenant's policies do not parse, so every call is denied until they are fixed: " + shorten(p.err.Error(), 200), false
+		return "the tenant's policies do not parse, so every call is denied until they are fixed: " + shorten(p.err.Error(), 200), false, ""
 	}
 	principal := types.NewEntityUID(cedarSandboxType, types.String(c.Sandbox))
 	resource := types.NewEntityUID(cedarToolType, types.String(t.Name))
@@ -133,10 +159,22 @@ func (pc *policyCache) authorize(c Caller, t Tool, args map[string]any, calls in
 		Principal: principal, Action: cedarCall, Resource: resource,
 		Context: types.NewRecord(types.RecordMap{"args": cedarValue(args), "calls": types.Long(calls)}),
 	}
-	decision, diag := cedar.Authorize(p.set, entities, req)
+	reason, ok = p.decide(p.set, entities, req)
+	if !ok || p.dry == nil {
+		return reason, ok, ""
+	}
+	if why, would := p.decide(p.dry, entities, req); !would {
+		return "", true, why
+	}
+	return "", true, ""
+}
+
+// decide asks set about req: whether it is permitted and, when not, why.
+func (p *parsedPolicies) decide(set *cedar.PolicySet, entities types.EntityMap, req cedar.Request) (string, bool) {
+	decision, diag := cedar.Authorize(set, entities, req)
 	var broken []string
 	for _, e := range diag.Errors {
-		if pol := p.set.Get(e.PolicyID); pol != nil && pol.Effect() == cedar.Forbid {
+		if pol := set.Get(e.PolicyID); pol != nil && pol.Effect() == cedar.Forbid {
 			broken = append(broken, p.names[e.PolicyID])
 		}
 	}
