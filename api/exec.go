@@ -49,6 +49,33 @@ type ExecRequest struct {
 	// TimeoutS kills the command after this many seconds; 0 means the
 	// server's default.
 	TimeoutS int64 `json:"timeout_s,omitempty"`
+	// Background keeps the process running when the stream that started
+	// it ends (streamed exec only): follow it again with GET
+	// .../processes/{pid}/output, signal it, feed its stdin.
+	Background bool `json:"background,omitempty"`
+	// Tag names the process in the process list (at most 64 bytes).
+	Tag string `json:"tag,omitempty"`
+	// KeepStdin keeps the process's stdin open, after Stdin if given,
+	// for POST .../processes/{pid}/stdin (streamed exec only).
+	KeepStdin bool `json:"keep_stdin,omitempty"`
+}
+
+// ExecStart is the first line of a streamed exec, once the process has
+// started: its pid, for the process routes.
+type ExecStart struct {
+	// Type is "start".
+	Type string `json:"type"`
+	PID  int    `json:"pid"`
+}
+
+// ProcessInputRequest is the body of POST
+// /v1/sandboxes/{id}/processes/{pid}/stdin: bytes for the process's
+// stdin (Data as text or DataB64, at most 1 MiB), and whether to close
+// it after them.
+type ProcessInputRequest struct {
+	Data    *string `json:"data,omitempty"`
+	DataB64 []byte  `json:"data_b64,omitempty"`
+	Close   bool    `json:"close,omitempty"`
 }
 
 // ExecResult is how a command ended: the body of a buffered exec. Output
@@ -107,11 +134,14 @@ type OutputLine struct {
 
 // ExecStreamLine is any line of an exec's output stream (a streamed exec,
 // GET .../processes/{pid}/output), for a reader: Type says which of
-// OutputLine ("stdout", "stderr"), ExecExit ("exit") and StreamError
-// ("error") the line is. Error is the exit line's string or the error
+// ExecStart ("start", a streamed exec's first line), OutputLine
+// ("stdout", "stderr"), ExecExit ("exit") and StreamError ("error") the
+// line is. Error is the exit line's string or the error
 // line's object, as JSON.
 type ExecStreamLine struct {
 	Type string `json:"type"`
+	// PID is the start line's.
+	PID int `json:"pid"`
 	OutputLine
 	ExecResult
 	Error json.RawMessage `json:"error"`

@@ -1,6 +1,9 @@
 package api
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // FileEntry describes a file or directory in a sandbox: the body of
 // POST .../files/mkdir and the entries of a DirListing.
@@ -39,4 +42,46 @@ type DirListing struct {
 	Entries []FileEntry `json:"entries"`
 	// Truncated reports that the server's entry cap was hit.
 	Truncated bool `json:"truncated"`
+}
+
+// The types of the lines of a watch (WatchStreamLine.Type).
+const (
+	WatchStarted = "start" // the watch is in place
+	WatchChanged = "event" // something changed
+)
+
+// The changes a watch reports (WatchEvent.Op).
+const (
+	WatchCreate = "create"
+	WatchWrite  = "write"
+	WatchRemove = "remove"
+	WatchRename = "rename"
+	WatchChmod  = "chmod"
+)
+
+// WatchStart is the first line of GET /v1/sandboxes/{id}/files/watch:
+// the watch is in place.
+type WatchStart struct {
+	// Type is "start".
+	Type string `json:"type"`
+}
+
+// WatchEvent is a change under a watched directory.
+type WatchEvent struct {
+	// Type is "event".
+	Type string `json:"type"`
+	// Path is the absolute path that changed.
+	Path string `json:"path"`
+	// Op is one of the Watch* changes.
+	Op string `json:"op"`
+}
+
+// WatchStreamLine is any line of a watch, for a reader: Type says which
+// of WatchStart ("start"), WatchEvent ("event") and StreamError
+// ("error") it is.
+type WatchStreamLine struct {
+	Type  string          `json:"type"`
+	Path  string          `json:"path"`
+	Op    string          `json:"op"`
+	Error json.RawMessage `json:"error"`
 }

@@ -60,6 +60,13 @@ type TemplateConfig struct {
 	// Network is the template's default network policy (nil when it has
 	// none): a sandbox created without a network gets it.
 	Network *Network `json:"network,omitempty"`
+	// Toolsets are the template's default toolsets (absent when it has
+	// none): a sandbox created without tools and toolsets is granted
+	// them, resolved for the creating tenant.
+	Toolsets []string `json:"toolsets,omitempty"`
+	// CommandPolicy is the template's default command policy (nil when
+	// it has none): a sandbox created without one gets it.
+	CommandPolicy *CommandPolicy `json:"command_policy,omitempty"`
 }
 
 // TemplateUsage is the disk use of a server's template store; each layer
@@ -138,6 +145,17 @@ type BuildTemplateRequest struct {
 	// (they name one tenant's secrets; give them at create). Absent
 	// keeps a FROM template's.
 	Network *Network `json:"network,omitempty"`
+	// Toolsets name the template's default toolsets (at most 64): a
+	// sandbox created without tools and toolsets is granted them,
+	// resolved for the creating tenant at each create (a toolset the
+	// tenant does not have is then 404 not_found naming it and the
+	// template), and one that names tools or toolsets replaces them
+	// whole. Absent keeps a FROM template's.
+	Toolsets []string `json:"toolsets,omitempty"`
+	// CommandPolicy is the template's default command policy for exec:
+	// a sandbox created without a command_policy gets it, and one with
+	// a policy replaces it whole. Absent keeps a FROM template's.
+	CommandPolicy *CommandPolicy `json:"command_policy,omitempty"`
 }
 
 // The types of the lines of a build stream (BuildStreamLine.Type).

@@ -33,6 +33,18 @@ type ExecRequest struct {
 	// Timeout kills the command after this long, rounded up to whole
 	// seconds; zero means the server's default (60 s).
 	Timeout time.Duration
+	// Background keeps the process running if ExecStream ends before it
+	// does (its context ends): FollowProcess, SignalProcess and
+	// SendProcessInput reach it by pid. ExecStream only.
+	Background bool
+	// Tag names the process in the process list.
+	Tag string
+	// KeepStdin keeps stdin open, after Stdin, for SendProcessInput.
+	// ExecStream only.
+	KeepStdin bool
+	// OnStart, if set, is called by ExecStream with the process's pid
+	// once it has started, before any output.
+	OnStart func(pid int)
 }
 
 // Exec statuses.
@@ -104,12 +116,15 @@ func (req *ExecRequest) body() (api.ExecRequest, error) {
 		return api.ExecRequest{}, fmt.Errorf("airlock: exec: exactly one of Cmd and Command must be set: %w", ErrInvalid)
 	}
 	b := api.ExecRequest{
-		Cmd:      req.Cmd,
-		Command:  req.Command,
-		Cwd:      req.Cwd,
-		Env:      req.Env,
-		User:     req.User,
-		TimeoutS: seconds(req.Timeout),
+		Cmd:        req.Cmd,
+		Command:    req.Command,
+		Cwd:        req.Cwd,
+		Env:        req.Env,
+		User:       req.User,
+		TimeoutS:   seconds(req.Timeout),
+		Background: req.Background,
+		Tag:        req.Tag,
+		KeepStdin:  req.KeepStdin,
 	}
 	if req.Stdin != nil {
 		if utf8.Valid(req.Stdin) {
@@ -155,7 +170,16 @@ func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest, onO
 		return nil, err
 	}
 	var res *ExecResult
-	err = streamJSON(ctx, c, sandboxPath(id, "/exec"), b, "exec stream", maxStreamLine, outputLines(onOutput, &res, "exec stream failed"))
+	lines := outputLines(onOutput, &res, "exec stream failed")
+	err = streamJSON(ctx, c, sandboxPath(id, "/exec"), b, "exec stream", maxStreamLine, func(line *api.ExecStreamLine) (bool, error) {
+		if line.Type == "start" {
+			if req.OnStart != nil {
+				req.OnStart(line.PID)
+			}
+			return false, nil
+		}
+		return lines(line)
+	})
 	if err != nil {
 		return nil, err
 	}

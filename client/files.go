@@ -191,3 +191,91 @@ func (c *Client) ListDir(ctx context.Context, id, path string, depth int, opts .
 	}
 	return entries, out.Truncated, nil
 }
+
+// StatFile describes the entry at path in sandbox id (a symlink itself,
+// not its target); ErrNotFound when there is none.
+func (c *Client) StatFile(ctx context.Context, id, path string, opts ...FileOption) (*FileInfo, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	if err := checkPath(path); err != nil {
+		return nil, err
+	}
+	var out api.FileEntry
+	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(id, "/files/stat"), fileQuery(path, opts), nil, &out, http.StatusOK); err != nil {
+		return nil, err
+	}
+	fi := fileInfo(&out, "")
+	return &fi, nil
+}
+
+// MoveFile renames path to newPath in sandbox id (replacing a file at
+// newPath, as rename(2) does) and describes it at its new path.
+func (c *Client) MoveFile(ctx context.Context, id, path, newPath string, opts ...FileOption) (*FileInfo, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	if err := checkPath(path); err != nil {
+		return nil, err
+	}
+	if err := checkPath(newPath); err != nil {
+		return nil, err
+	}
+	q := fileQuery(path, opts)
+	q.Set("to", newPath)
+	var out api.FileEntry
+	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(id, "/files/move"), q, nil, &out, http.StatusOK); err != nil {
+		return nil, err
+	}
+	fi := fileInfo(&out, "")
+	return &fi, nil
+}
+
+// WatchEvent is a change under a watched directory: Op is "create",
+// "write", "remove", "rename" or "chmod".
+type WatchEvent = api.WatchEvent
+
+// maxWatchLine caps one line of a watch.
+const maxWatchLine = 64 << 10
+
+// WatchDir watches the directory at path in sandbox id (with recursive,
+// its subdirectories too): onStart is called once the watch is in place
+// (nil: not called), then onEvent with each change, until ctx ends
+// (WatchDir then returns ctx's error), onEvent fails (that error), or
+// the server ends the watch.
+func (c *Client) WatchDir(ctx context.Context, id, path string, recursive bool, onStart func(), onEvent func(WatchEvent) error, opts ...FileOption) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	q := fileQuery(path, opts)
+	if recursive {
+		q.Set("recursive", "true")
+	}
+	req, err := c.newRequest(ctx, http.MethodGet, sandboxPath(id, "/files/watch"), q, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/x-ndjson")
+	resp, err := c.send(req, http.StatusOK)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	err = readStream(resp.Body, "watch", maxWatchLine, func(line *api.WatchStreamLine) (bool, error) {
+		switch line.Type {
+		case api.WatchStarted:
+			if onStart != nil {
+				onStart()
+			}
+		case api.WatchChanged:
+			return false, onEvent(api.WatchEvent{Type: line.Type, Path: line.Path, Op: line.Op})
+		case "error":
+			return true, streamError(parseErrorDetail(line.Error), "watch failed")
+		}
+		return false, nil
+	})
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/api"
 )
@@ -118,4 +119,26 @@ func (c *Client) FollowProcess(ctx context.Context, id string, pid int, onOutput
 		return nil, err
 	}
 	return res, nil
+}
+
+// SendProcessInput writes data (at most 1 MiB) to the stdin of process
+// pid of sandbox id, started by ExecStream with KeepStdin, and closes
+// its stdin after when closeStdin is set.
+func (c *Client) SendProcessInput(ctx context.Context, id string, pid int, data []byte, closeStdin bool) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if pid < 1 {
+		return fmt.Errorf("airlock: pid %d is not valid: %w", pid, ErrInvalid)
+	}
+	in := api.ProcessInputRequest{Close: closeStdin}
+	if len(data) > 0 {
+		if utf8.Valid(data) {
+			s := string(data)
+			in.Data = &s
+		} else {
+			in.DataB64 = data
+		}
+	}
+	return c.doJSON(ctx, http.MethodPost, sandboxPath(id, "/processes/"+strconv.Itoa(pid)+"/stdin"), nil, in, nil, http.StatusNoContent)
 }

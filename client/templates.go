@@ -65,8 +65,10 @@ type TemplateLayer = api.TemplateLayer
 
 // TemplateConfig holds the defaults a template's sandboxes start with;
 // its Limits (nil when it sets none) are what a sandbox's unset limits
-// take before the server's defaults, and its Network (nil when it has
-// none) what a sandbox created without a network gets.
+// take before the server's defaults, its Network (nil when it has none)
+// what a sandbox created without a network gets, its Toolsets what one
+// created without tools and toolsets is granted, and its CommandPolicy
+// what one created without a command policy gets.
 type TemplateConfig = api.TemplateConfig
 
 // TemplateDetail is a template with its layers and configuration.
@@ -151,6 +153,11 @@ type BuildContextRequest struct {
 	// Network is the template's default network policy, as for
 	// BuildTemplate (sent as the network query parameter).
 	Network *Network
+	// Toolsets and CommandPolicy are the template's default toolsets and
+	// command policy, as for BuildTemplate (sent as the toolsets and
+	// command_policy query parameters).
+	Toolsets      []string
+	CommandPolicy *CommandPolicy
 }
 
 // The types of build events.
@@ -340,6 +347,21 @@ func (c *Client) BuildTemplateContext(ctx context.Context, req BuildContextReque
 			return nil, fmt.Errorf("airlock: network: %v: %w", err, ErrInvalid)
 		}
 		q.Set("network", string(b))
+	}
+	if len(req.Toolsets) > 0 {
+		for _, ts := range req.Toolsets {
+			if ts == "" || strings.Contains(ts, ",") {
+				return nil, fmt.Errorf("airlock: toolset %q: names are not empty and hold no comma: %w", ts, ErrInvalid)
+			}
+		}
+		q.Set("toolsets", strings.Join(req.Toolsets, ","))
+	}
+	if req.CommandPolicy != nil {
+		b, err := json.Marshal(req.CommandPolicy)
+		if err != nil {
+			return nil, fmt.Errorf("airlock: command policy: %v: %w", err, ErrInvalid)
+		}
+		q.Set("command_policy", string(b))
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +23,7 @@ const templateUsage = `usage:
   airlock template build NAME (--from IMAGE | --debian SUITE [--packages P,...] | -f AIRFILE [CONTEXT_DIR])
                          [--shared] [--replace] [--allow-setuid] [--no-cache]
                          [--memory MB] [--cpus N] [--pids N] [--disk MB] [--allow ENTRY]...
+                         [--toolset NAME]... [--command-policy FILE]
                          [--username U [--password P]] [--insecure] [-v] [--json]
       Build or import a template of your tenant (needs templates:write),
       which only your tenant sees; --shared builds one every tenant sees
@@ -37,9 +40,14 @@ const templateUsage = `usage:
       --cpus, --pids and --disk set the template's default limits, which
       its sandboxes get unless they ask for others; --allow sets its
       default network (mode allowlist with those destinations, as in
-      airlock net set), which a sandbox created without --allow gets. The
-      registry password
-      can come from AIRLOCK_REGISTRY_PASSWORD. Progress goes to standard
+      airlock net set), which a sandbox created without --allow gets.
+      --toolset names its default toolsets, which a sandbox created
+      without tools or toolsets is granted (resolved for the creating
+      tenant); --command-policy sets its default command policy for exec
+      from a JSON file ({"default": "allow|ask|deny", "rules": [{"action":
+      ..., "prefix": [...]}]}), which a sandbox created without one gets.
+      Without them a --from template:NAME build keeps its base's. The
+      registry password can come from AIRLOCK_REGISTRY_PASSWORD. Progress goes to standard
       error: a line per step and layer, how many lines of output a step
       printed, the last lines of a step that failed, and a summary; -v
       (--verbose) shows every line of output. Dockerfile instructions that
@@ -106,6 +114,39 @@ type buildFlags struct {
 	limitFlags
 	// allow is the template's default network (allowlist mode).
 	allow allowFlag
+	// toolsets and policyFile are the template's default toolsets and
+	// the file of its default command policy.
+	toolsets   listFlag
+	policyFile string
+}
+
+// maxPolicyFile caps a --command-policy file.
+const maxPolicyFile = 64 << 10
+
+// commandPolicy reads the --command-policy file, nil without one.
+func (f *buildFlags) commandPolicy() (*client.CommandPolicy, error) {
+	if f.policyFile == "" {
+		return nil, nil
+	}
+	fh, err := os.Open(f.policyFile)
+	if err != nil {
+		return nil, &cliError{msg: fmt.Sprintf("cannot read the command policy: %v", err), err: err}
+	}
+	defer fh.Close()
+	b, err := io.ReadAll(io.LimitReader(fh, maxPolicyFile+1))
+	switch {
+	case err != nil:
+		return nil, &cliError{msg: fmt.Sprintf("cannot read the command policy: %v", err), err: err}
+	case len(b) > maxPolicyFile:
+		return nil, usagef("the command policy file is larger than %d bytes", maxPolicyFile)
+	}
+	var p client.CommandPolicy
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return nil, usagef("--command-policy %s: not a command policy (a JSON object with default and rules): %v", f.policyFile, err)
+	}
+	return &p, nil
 }
 
 // plan checks the flags and positional arguments and turns them into the
@@ -149,9 +190,14 @@ func (f *buildFlags) plan(pos []string, getenv func(string) string, stdin io.Rea
 	if err != nil {
 		return p, err
 	}
+	policy, err := f.commandPolicy()
+	if err != nil {
+		return p, err
+	}
 	if f.file == "" {
 		req := &client.BuildTemplateRequest{Name: name, Shared: f.shared, From: f.from, Replace: f.replace, AllowSetuid: f.allowSetuid,
-			NoCache: f.noCache, Insecure: f.insecure, RegistryAuth: auth, Limits: limits, Network: f.allow.network()}
+			NoCache: f.noCache, Insecure: f.insecure, RegistryAuth: auth, Limits: limits, Network: f.allow.network(),
+			Toolsets: f.toolsets, CommandPolicy: policy}
 		if f.debian != "" {
 			req.Debian = &client.DebianBase{Suite: f.debian, Packages: f.packages}
 		}
@@ -172,7 +218,8 @@ func (f *buildFlags) plan(pos []string, getenv func(string) string, stdin io.Rea
 	}
 	if !needsContext && len(rest) == 0 {
 		p.JSON = &client.BuildTemplateRequest{Name: name, Shared: f.shared, Airfile: string(recipe), Replace: f.replace, AllowSetuid: f.allowSetuid,
-			NoCache: f.noCache, Insecure: f.insecure, RegistryAuth: auth, Limits: limits, Network: f.allow.network()}
+			NoCache: f.noCache, Insecure: f.insecure, RegistryAuth: auth, Limits: limits, Network: f.allow.network(),
+			Toolsets: f.toolsets, CommandPolicy: policy}
 		return p, nil
 	}
 	dir := filepath.Dir(f.file)
@@ -183,7 +230,8 @@ func (f *buildFlags) plan(pos []string, getenv func(string) string, stdin io.Rea
 		dir = rest[0]
 	}
 	p.Context = &client.BuildContextRequest{Name: name, Shared: f.shared, Airfile: recipe, ContextDir: dir, Replace: f.replace,
-		AllowSetuid: f.allowSetuid, NoCache: f.noCache, Insecure: f.insecure, RegistryAuth: auth, Limits: limits, Network: f.allow.network()}
+		AllowSetuid: f.allowSetuid, NoCache: f.noCache, Insecure: f.insecure, RegistryAuth: auth, Limits: limits, Network: f.allow.network(),
+		Toolsets: f.toolsets, CommandPolicy: policy}
 	return p, nil
 }
 
@@ -218,6 +266,8 @@ func (c *cli) templateBuild(ctx context.Context, args []string) (int, error) {
 	fs.BoolVar(verbose, "v", false, "same as --verbose")
 	f.limitFlags.register(fs)
 	fs.Var(&f.allow, "allow", "default network mode allowlist: a destination `ENTRY` the template's sandboxes may reach (repeatable)")
+	fs.Var(&f.toolsets, "toolset", "a default `TOOLSET` granted to the template's sandboxes created without tools (repeatable)")
+	fs.StringVar(&f.policyFile, "command-policy", "", "the template's default command policy for exec, a JSON `FILE`")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return c.parseFailed(err)
@@ -420,6 +470,19 @@ func describeNetwork(n *client.Network) string {
 	return s
 }
 
+// describeCommandPolicy is a template's default command policy for
+// people: its default action and its rules.
+func describeCommandPolicy(p *client.CommandPolicy) string {
+	if p == nil {
+		return "-"
+	}
+	parts := []string{"default " + cmp.Or(p.Default, "allow")}
+	for _, r := range p.Rules {
+		parts = append(parts, r.Action+" "+strings.Join(r.Prefix, " "))
+	}
+	return strings.Join(parts, "; ")
+}
+
 // describeTemplate prints t for people.
 func (c *cli) describeTemplate(t *client.TemplateDetail) error {
 	var b strings.Builder
@@ -438,6 +501,8 @@ func (c *cli) describeTemplate(t *client.TemplateDetail) error {
 	row("User", dash(t.Config.User))
 	row("Limits", describeLimits(t.Config.Limits))
 	row("Network", describeNetwork(t.Config.Network))
+	row("Toolsets", dash(strings.Join(t.Config.Toolsets, " ")))
+	row("Cmd policy", describeCommandPolicy(t.Config.CommandPolicy))
 	row("Entrypoint", dash(strings.Join(t.Config.Entrypoint, " ")))
 	row("Cmd", dash(strings.Join(t.Config.Cmd, " ")))
 	if len(t.Config.Env) == 0 {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -139,11 +140,13 @@ func TestTemplateBuildFlags(t *testing.T) {
 	defer srv.Close()
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{
-		"plain/Airfile":  "FROM template:host\nRUN echo hi\n",
-		"copy/Airfile":   "FROM template:host\nCOPY app /app\n",
-		"copy/app/x.py":  "print(1)\n",
-		"other/app/y.py": "print(2)\n",
-		"bad/Airfile":    "FROM template:host\nRUN true\nARG X=1\n",
+		"plain/Airfile":   "FROM template:host\nRUN echo hi\n",
+		"copy/Airfile":    "FROM template:host\nCOPY app /app\n",
+		"copy/app/x.py":   "print(1)\n",
+		"other/app/y.py":  "print(2)\n",
+		"bad/Airfile":     "FROM template:host\nRUN true\nARG X=1\n",
+		"policy.json":     `{"default":"deny","rules":[{"action":"allow","prefix":["ls"]}]}`,
+		"bad-policy.json": `{"default":"deny","rulez":[]}`,
 	})
 	regAuth := base64.URLEncoding.EncodeToString([]byte(`{"username":"u","password":"envpw"}`))
 	tests := []struct {
@@ -184,6 +187,20 @@ func TestTemplateBuildFlags(t *testing.T) {
 				want := map[string]string{"Airfile": "644:FROM template:host\nCOPY app /app\n", "app/": "dir", "app/x.py": "644:print(1)\n"}
 				if r.Query != "name=py" || r.ContentType != "application/x-tar" || fmt.Sprint(r.Tar) != fmt.Sprint(want) || r.RegistryAuth != regAuth {
 					t.Errorf("request %+v, want tar %v", r, want)
+				}
+			}},
+		{"default toolsets and command policy", []string{"template", "build", "py", "--from", "template:base", "--toolset", "web", "--toolset", "db,mail", "--command-policy", filepath.Join(dir, "policy.json")},
+			nil, "", func(t *testing.T, r seenRequest) {
+				want := `{"command_policy":{"default":"deny","rules":[{"action":"allow","prefix":["ls"]}]},"from":"template:base","name":"py","toolsets":["web","db","mail"]}`
+				if got, _ := json.Marshal(r.JSON); string(got) != want {
+					t.Errorf("body %s, want %s", got, want)
+				}
+			}},
+		{"default toolsets and command policy of a context", []string{"template", "build", "py", "-f", filepath.Join(dir, "copy/Airfile"), "--toolset", "web,db", "--command-policy", filepath.Join(dir, "policy.json")},
+			nil, "", func(t *testing.T, r seenRequest) {
+				q, _ := url.ParseQuery(r.Query)
+				if q.Get("toolsets") != "web,db" || q.Get("command_policy") != `{"rules":[{"action":"allow","prefix":["ls"]}],"default":"deny"}` {
+					t.Errorf("query %q", r.Query)
 				}
 			}},
 		{"shared", []string{"template", "build", "py", "--shared", "--from", "template:base"},
@@ -242,6 +259,8 @@ func TestTemplateBuildFlags(t *testing.T) {
 		{[]string{"template", "build", "py", "-f", filepath.Join(dir, "missing")}, nil, 1, "cannot read the Airfile"},
 		{[]string{"template", "frobnicate"}, nil, 2, "unknown template subcommand"},
 		{[]string{"template", "build", "py", "--from", "x/y:1", "--memory", "-1"}, nil, 2, "limits must not be negative"},
+		{[]string{"template", "build", "py", "--from", "x/y:1", "--command-policy", filepath.Join(dir, "missing.json")}, nil, 1, "cannot read the command policy"},
+		{[]string{"template", "build", "py", "--from", "x/y:1", "--command-policy", filepath.Join(dir, "bad-policy.json")}, nil, 2, "not a command policy"},
 	}
 	for _, tt := range bad {
 		code, _, _, err := runCLI(t, srv, tt.env, "", tt.args...)
@@ -524,5 +543,21 @@ func TestShortSource(t *testing.T) {
 	}
 	if got := shortSource("debian bookworm: " + strings.Repeat("pkg, ", 40)); len([]rune(got)) > 80 {
 		t.Errorf("shortSource is %d characters", len([]rune(got)))
+	}
+}
+
+func TestDescribeCommandPolicy(t *testing.T) {
+	for _, tt := range []struct {
+		p    *client.CommandPolicy
+		want string
+	}{
+		{nil, "-"},
+		{&client.CommandPolicy{}, "default allow"},
+		{&client.CommandPolicy{Default: "deny", Rules: []client.CommandRule{{Action: "allow", Prefix: []string{"git", "status"}}, {Action: "ask", Prefix: []string{"rm"}}}},
+			"default deny; allow git status; ask rm"},
+	} {
+		if got := describeCommandPolicy(tt.p); got != tt.want {
+			t.Errorf("describeCommandPolicy(%+v) = %q, want %q", tt.p, got, tt.want)
+		}
 	}
 }

@@ -31,6 +31,7 @@ const (
 	maxEnvKeys    = 256
 	maxEnvValue   = 128 << 10
 	maxAuditBytes = 4096 // command text kept in an audit event
+	maxTagBytes   = 64
 	// execGrace is how long past its own timeout an exec may take before
 	// the request gives up on the agent.
 	execGrace = 30 * time.Second
@@ -103,13 +104,18 @@ func (req *execRequest) agentRequest(lim Limits) (agentclient.ExecRequest, error
 		return out, &apiError{status: http.StatusRequestEntityTooLarge, code: CodeRequestTooLarge,
 			msg: fmt.Sprintf("stdin is %d bytes, more than the limit of %d bytes; upload larger input as a file (PUT /v1/sandboxes/{id}/files) and read it from there", len(stdin), lim.MaxStdinBytes)}
 	}
+	if len(req.Tag) > maxTagBytes || strings.IndexByte(req.Tag, 0) >= 0 || !utf8.ValidString(req.Tag) {
+		return out, invalidf("tag must be UTF-8 of at most %d bytes without NUL bytes", maxTagBytes)
+	}
 	out = agentclient.ExecRequest{
-		Argv:    req.Cmd,
-		Shell:   req.Command,
-		Cwd:     req.Cwd,
-		Env:     req.Env,
-		User:    req.User,
-		Timeout: timeout,
+		Argv:       req.Cmd,
+		Shell:      req.Command,
+		Cwd:        req.Cwd,
+		Env:        req.Env,
+		User:       req.User,
+		Timeout:    timeout,
+		Tag:        req.Tag,
+		Background: req.Background,
 	}
 	if hasStdin {
 		out.Stdin = bytes.NewReader(stdin)
@@ -151,6 +157,12 @@ func (req *execRequest) auditDetails() map[string]any {
 	d := map[string]any{"command": req.commandText()}
 	if req.User != "" {
 		d["user"] = req.User
+	}
+	if req.Background {
+		d["background"] = true
+	}
+	if req.Tag != "" {
+		d["tag"] = req.Tag
 	}
 	if stdin, ok := req.stdin(); ok {
 		addStdinDetails(d, stdin)
@@ -253,6 +265,9 @@ func (h *Handler) exec(c *call) error {
 		return err
 	}
 	stream := wantsNDJSON(c.r)
+	if !stream && (req.Background || req.KeepStdin) {
+		return invalidf("background and keep_stdin need a streamed exec (Accept: %s)", ndjsonType)
+	}
 	cost := h.execCost()
 	if stream {
 		cost = streamCost
@@ -268,7 +283,7 @@ func (h *Handler) exec(c *call) error {
 	ctx, cancel := context.WithTimeout(c.r.Context(), areq.Timeout+execGrace)
 	defer cancel()
 	if stream {
-		return h.execStream(ctx, c, sb.ID, areq)
+		return h.execStream(ctx, c, sb.ID, areq, req.KeepStdin)
 	}
 	stdout := &capBuffer{max: h.lim.MaxOutputBytes}
 	stderr := &capBuffer{max: h.lim.MaxOutputBytes}
@@ -413,36 +428,45 @@ func (w *idleWriter) Write(p []byte) (int, error) {
 }
 
 // execStream runs the exec with its output streamed as NDJSON lines. The
-// status line is sent once the process has started, so that errors up to
-// then are ordinary JSON errors. After that, a failure of the agent
+// status line and the start line (the pid) are sent once the process has
+// started, so that errors up to then are ordinary JSON errors. After that, a failure of the agent
 // stream ends the response with an {"type":"error"} line. A client that
 // stops taking the output (no write succeeds for Limits.WriteIdleTimeout)
 // or goes away has the process killed: what is buffered for it meanwhile
 // is bounded by the agent stream's flow-control window.
-func (h *Handler) execStream(ctx context.Context, c *call, id string, areq agentclient.ExecRequest) error {
+func (h *Handler) execStream(ctx context.Context, c *call, id string, areq agentclient.ExecRequest, keepStdin bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	nw := &ndjsonWriter{c: c, rc: http.NewResponseController(c.w), idle: h.lim.WriteIdleTimeout, onFail: cancel}
 	defer nw.done()
 	stdin := areq.Stdin
 	areq.Stdin = nil
-	areq.OpenStdin = stdin != nil
-	emit := func(ev wire.OutputLine) error { return nw.writeLine(ev) }
+	areq.OpenStdin = stdin != nil || keepStdin
+	// The start line goes first: output waits for it.
+	started := make(chan struct{})
+	emit := func(ev wire.OutputLine) error { <-started; return nw.writeLine(ev) }
 	stdoutW := &streamWriter{emit: emit, typ: wire.StreamStdout}
 	stderrW := &streamWriter{emit: emit, typ: wire.StreamStderr}
 	areq.Stdout, areq.Stderr = stdoutW, stderrW
 	p, err := h.mgr.StartProcess(ctx, id, areq)
 	if err != nil {
+		close(started)
 		return err
 	}
-	if err := nw.start(); err != nil {
-		return err // the client is gone; ending ctx kills the process
+	if p.PID != 0 {
+		err = nw.writeLine(wire.ExecStart{Type: "start", PID: p.PID})
+	} else {
+		err = nw.start()
+	}
+	close(started)
+	if err != nil {
+		return err // the client is gone; ending ctx kills the process (or detaches from a background one)
 	}
 	var inErr error
 	var wg sync.WaitGroup
 	if stdin != nil && p.PID != 0 {
 		wg.Go(func() {
-			if err := p.StreamInput(ctx, stdin); err == nil {
+			if err := p.StreamInput(ctx, stdin); err == nil && !keepStdin {
 				inErr = p.CloseStdin(ctx)
 			} else {
 				inErr = err
@@ -455,7 +479,12 @@ func (h *Handler) execStream(ctx context.Context, c *call, id string, areq agent
 		if err == nil {
 			err = fmt.Errorf("exec: no result: %w", errdefs.ErrInternal)
 		}
-		h.log.Warn("exec stream failed", "sandbox", id, "err", err)
+		if areq.Background && ctx.Err() != nil {
+			// The client went: a background process runs on.
+			h.log.Debug("exec stream detached from a background process", "sandbox", id, "pid", p.PID)
+		} else {
+			h.log.Warn("exec stream failed", "sandbox", id, "err", err)
+		}
 		nw.endWithError(err)
 		nw.abortIfFailed()
 		return nil // the stream has started: the error line reports it

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"hash"
@@ -350,6 +351,116 @@ func (h *Handler) listDir(c *call) error {
 		out.Entries = append(out.Entries, toEntryJSON(&entries[i]))
 	}
 	return c.json(http.StatusOK, out)
+}
+
+// statFile serves GET /v1/sandboxes/{id}/files/stat?path=P: the entry at
+// P (a symlink itself, not its target).
+func (h *Handler) statFile(c *call) error {
+	sb, err := c.agentSandbox()
+	if err != nil {
+		return err
+	}
+	fq, err := fileParams(c, "")
+	if err != nil {
+		return err
+	}
+	info, err := h.mgr.Stat(c.r.Context(), sb.ID, fq.path, fq.opts()...)
+	if err != nil {
+		return err
+	}
+	return c.json(http.StatusOK, toEntryJSON(info))
+}
+
+// watchFile serves GET /v1/sandboxes/{id}/files/watch?path=P&recursive=B:
+// a start line once the watch is in place, then a line per change under
+// the directory P (with recursive, its subdirectories too), until the
+// client goes, the watch ends (an error line says why) or
+// Limits.MaxExecTimeout passes.
+func (h *Handler) watchFile(c *call) error {
+	sb, err := c.agentSandbox()
+	if err != nil {
+		return err
+	}
+	fq, err := fileParams(c, ".", "recursive")
+	if err != nil {
+		return err
+	}
+	recursive := false
+	switch fq.q.Get("recursive") {
+	case "", "false", "0":
+	case "true", "1":
+		recursive = true
+	default:
+		return invalidf("recursive must be true or false")
+	}
+	release, err := c.admit(sb.ID, streamCost)
+	if err != nil {
+		return err
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(c.r.Context(), h.lim.MaxExecTimeout)
+	defer cancel()
+	ch, err := h.mgr.WatchDir(ctx, sb.ID, fq.path, recursive, fq.opts()...)
+	if err != nil {
+		return err
+	}
+	nw := &ndjsonWriter{c: c, rc: http.NewResponseController(c.w), idle: h.lim.WriteIdleTimeout, onFail: cancel}
+	defer nw.done()
+	if err := nw.writeLine(wire.WatchStart{Type: wire.WatchStarted}); err != nil {
+		return nil
+	}
+	for ev := range ch {
+		if ev.Err != nil {
+			nw.endWithError(ev.Err)
+			break
+		}
+		if nw.writeLine(wire.WatchEvent{Type: wire.WatchChanged, Path: ev.Path, Op: string(ev.Op)}) != nil {
+			break
+		}
+	}
+	cancel()
+	for range ch { // drained as the watch ends
+	}
+	nw.abortIfFailed()
+	return nil
+}
+
+// ActionFileMove is the audit action of a rename: its record names the
+// source (path) and the destination (to).
+const ActionFileMove = "file.move"
+
+// moveFile serves POST /v1/sandboxes/{id}/files/move?path=P&to=Q: P is
+// renamed to Q (an existing Q that is a file is replaced, as rename(2)
+// does), with the user's permissions.
+func (h *Handler) moveFile(c *call) error {
+	sb, err := c.agentSandbox()
+	if err != nil {
+		return err
+	}
+	fq, err := fileParams(c, "", "to")
+	if err != nil {
+		return err
+	}
+	to := fq.q.Get("to")
+	if to == "" {
+		return invalidf("to (the new path) is required")
+	}
+	if err := checkPath(to); err != nil {
+		return err
+	}
+	c.ev.Details = fq.details()
+	c.ev.Details["to"] = to
+	if err := c.begin(); err != nil {
+		return err
+	}
+	info, err := h.mgr.Move(c.r.Context(), sb.ID, fq.path, to, fq.opts()...)
+	if err != nil {
+		return err
+	}
+	if err := c.commit(); err != nil {
+		return err
+	}
+	return c.json(http.StatusOK, toEntryJSON(info))
 }
 
 // parseDepth parses the depth parameter: empty means 1.

@@ -170,6 +170,61 @@ func (h *Handler) signalProcess(c *call) error {
 	return nil
 }
 
+// ActionProcessStdin is the audit action of input sent to a process:
+// its record holds the pid, the bytes' size and SHA-256 (never the
+// bytes), and whether stdin was closed.
+const ActionProcessStdin = "process.stdin"
+
+// maxProcessInput caps the bytes of one POST .../stdin.
+const maxProcessInput = 1 << 20
+
+// processStdin serves POST /v1/sandboxes/{id}/processes/{pid}/stdin:
+// bytes for the stdin of a process started with it kept open, and
+// optionally its close.
+func (h *Handler) processStdin(c *call) error {
+	sb, err := c.agentSandbox()
+	if err != nil {
+		return err
+	}
+	pid, err := c.pathPID()
+	if err != nil {
+		return err
+	}
+	var req wire.ProcessInputRequest
+	if err := c.decodeJSON(&req, false); err != nil {
+		return err
+	}
+	if req.Data != nil && req.DataB64 != nil {
+		return invalidf("give either data or data_b64, not both")
+	}
+	data := req.DataB64
+	if req.Data != nil {
+		data = []byte(*req.Data)
+	}
+	if len(data) > maxProcessInput {
+		return invalidf("the input is %d bytes, at most %d are allowed in one request", len(data), maxProcessInput)
+	}
+	if len(data) == 0 && !req.Close {
+		return invalidf("give data, data_b64 or close")
+	}
+	c.ev.Details = map[string]any{"pid": pid, "close": req.Close}
+	addStdinDetails(c.ev.Details, data)
+	if err := sb.CheckRunning(); err != nil {
+		return err
+	}
+	if err := c.begin(); err != nil {
+		return err
+	}
+	if err := h.mgr.SendProcessInput(c.r.Context(), sb.ID, pid, data, req.Close); err != nil {
+		return err
+	}
+	if err := c.commit(); err != nil {
+		return err
+	}
+	c.w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
 // killAllProcesses serves POST /v1/sandboxes/{id}/processes/kill.
 func (h *Handler) killAllProcesses(c *call) error {
 	sb, err := c.agentSandbox()

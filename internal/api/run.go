@@ -138,7 +138,7 @@ func (h *Handler) runOnce(c *call) error {
 	if err := c.decodeJSON(&req, false); err != nil {
 		return err
 	}
-	_, areq, err := req.exec(h.lim)
+	er, areq, err := req.exec(h.lim)
 	if err != nil {
 		return err
 	}
@@ -152,7 +152,8 @@ func (h *Handler) runOnce(c *call) error {
 	if err != nil {
 		return err
 	}
-	if spec.Tools, err = h.grantedTools(c.r.Context(), c.p.TenantID, req.Tools, req.Toolsets); err != nil {
+	var fromTemplate []string
+	if spec.Tools, fromTemplate, err = h.createGrants(c.r.Context(), c.p.TenantID, spec.Template, req.Tools, req.Toolsets); err != nil {
 		return err
 	}
 	spec.KeyID = c.p.KeyID
@@ -167,6 +168,9 @@ func (h *Handler) runOnce(c *call) error {
 	if len(spec.Tools) > 0 {
 		c.ev.Details["tools"] = spec.Tools
 	}
+	if len(fromTemplate) > 0 {
+		c.ev.Details["toolsets"] = map[string]any{"names": fromTemplate, "from_template": true}
+	}
 	if spec.Network.Mode == sandbox.NetworkAllowlist {
 		c.ev.Details["network"] = networkDetails(spec.Network)
 	}
@@ -180,6 +184,15 @@ func (h *Handler) runOnce(c *call) error {
 			_ = undo(nil)
 		}
 	}()
+	// The sandbox's command policy (its template's: a run gives none)
+	// judges the program as it would on POST /v1/sandboxes/{id}/run.
+	err = h.checkCommandPolicy(c, sb, er)
+	if d, ok := c.ev.Details["command_policy"].(map[string]any); ok {
+		d["from_template"] = true
+	}
+	if err != nil {
+		return err
+	}
 	release, err := c.admit(sb.ID, h.runCost(stream, &req))
 	if err != nil {
 		return err

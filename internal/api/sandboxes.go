@@ -262,11 +262,15 @@ func (h *Handler) createSandbox(c *call) error {
 	if spec.Network.Mode == sandbox.NetworkAllowlist {
 		c.ev.Details["network"] = networkDetails(spec.Network)
 	}
-	if spec.Tools, err = h.grantedTools(c.r.Context(), c.p.TenantID, req.Tools, req.Toolsets); err != nil {
+	var fromTemplate []string
+	if spec.Tools, fromTemplate, err = h.createGrants(c.r.Context(), c.p.TenantID, spec.Template, req.Tools, req.Toolsets); err != nil {
 		return err
 	}
 	if len(spec.Tools) > 0 {
 		c.ev.Details["tools"] = spec.Tools
+	}
+	if len(fromTemplate) > 0 {
+		c.ev.Details["toolsets"] = map[string]any{"names": fromTemplate, "from_template": true}
 	}
 	spec.KeyID = c.p.KeyID
 	if spec.CommandPolicy = commandPolicyFrom(req.CommandPolicy); spec.CommandPolicy != nil {
@@ -327,6 +331,10 @@ func (h *Handler) provision(c *call, spec sandbox.Spec) (sandbox.Sandbox, func(w
 		d := networkDetails(sb.Network)
 		d["from_template"] = true
 		c.ev.Details["network"] = d
+	}
+	if spec.CommandPolicy == nil && sb.CmdPolicy != nil {
+		// The template's default command policy.
+		c.ev.Details["command_policy"] = map[string]any{"policy": commandPolicyJSON(sb.CmdPolicy), "from_template": true}
 	}
 	recorded := false
 	undo := func(why error) error {

@@ -89,15 +89,22 @@ func TestExecStreamEncoding(t *testing.T) {
 		t.Errorf("output %q, want %q", out.String(), want)
 	}
 
-	// The raw lines: text in data, the rest in data_b64, exit last; a
-	// character split between writes stays text.
+	// The raw lines: the pid first, text in data, the rest in data_b64,
+	// exit last; a character split between writes stays text.
 	resp, body := e.doAccept(sb.ID, `{"command":"printf 'a\\303'; sleep 0.1; printf '\\251'; sleep 0.1; printf '\\377'"}`)
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != ndjsonType {
 		t.Fatalf("status %d type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 	lines := strings.Split(strings.TrimSpace(string(body)), "\n")
+	var start struct {
+		Type string `json:"type"`
+		PID  int    `json:"pid"`
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &start); err != nil || start.Type != "start" || start.PID <= 0 {
+		t.Fatalf("first line %q: %v", lines[0], err)
+	}
 	var text, raw []byte
-	for _, l := range lines[:len(lines)-1] {
+	for _, l := range lines[1 : len(lines)-1] {
 		var ev struct {
 			Type    string `json:"type"`
 			Data    string `json:"data"`

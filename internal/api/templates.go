@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 
 	wire "github.com/airlock-sandbox/airlock/api"
@@ -97,6 +98,8 @@ func toDetailJSON(d registry.Detail) wire.TemplateDetail {
 	if n := cfg.Network; n != nil {
 		out.Config.Network = networkView(sandbox.NetworkOfTemplate(*n))
 	}
+	out.Config.Toolsets = slices.Clone(cfg.Toolsets)
+	out.Config.CommandPolicy = commandPolicyJSON(cfg.CommandPolicy)
 	return out
 }
 

@@ -131,10 +131,11 @@ func buildFromJSON(in wire.BuildTemplateRequest) (registry.BuildRequest, *regist
 // buildFromQuery parses the query of a build context upload: name
 // (required), shared, replace, no_cache, allow_setuid and insecure
 // (booleans), and the template's limits cpus, memory_mb, disk_mb and pids
-// (its network, a JSON object, is read by templateNetworkQuery).
+// (its network, a JSON object, is read by templateNetworkQuery; its
+// toolsets and command_policy by templateDefaultsQuery).
 func buildFromQuery(raw string) (registry.BuildRequest, error) {
 	var out registry.BuildRequest
-	q, err := parseQuery(raw, "name", "shared", "replace", "no_cache", "allow_setuid", "insecure", "cpus", "memory_mb", "disk_mb", "pids", "network")
+	q, err := parseQuery(raw, "name", "shared", "replace", "no_cache", "allow_setuid", "insecure", "cpus", "memory_mb", "disk_mb", "pids", "network", "toolsets", "command_policy")
 	if err != nil {
 		return out, err
 	}
@@ -315,6 +316,12 @@ func (h *Handler) buildTemplate(c *call) error {
 		if req.Network, err = templateNetworkFrom(in.Network, h.networkCeiling()); err != nil {
 			return err
 		}
+		if req.Toolsets, err = templateToolsetsFrom(in.Toolsets, "toolsets"); err != nil {
+			return err
+		}
+		if req.CommandPolicy, err = templateCommandPolicyFrom(in.CommandPolicy); err != nil {
+			return err
+		}
 		if err := setNamespace(c.p, &req); err != nil {
 			return err
 		}
@@ -348,6 +355,9 @@ func (h *Handler) buildContext(c *call, ts *registry.Service) error {
 		return err
 	}
 	if req.Network, err = templateNetworkQuery(c.r.URL.Query().Get("network"), h.networkCeiling()); err != nil {
+		return err
+	}
+	if req.Toolsets, req.CommandPolicy, err = templateDefaultsQuery(c.r.URL.Query().Get("toolsets"), c.r.URL.Query().Get("command_policy")); err != nil {
 		return err
 	}
 	c.ev.Target = req.Name
@@ -453,6 +463,12 @@ func (h *Handler) runBuild(c *call, job *registry.Job, req registry.BuildRequest
 	}
 	if req.Network != nil {
 		d["network"] = networkDetails(sandbox.NetworkOfTemplate(*req.Network))
+	}
+	if len(req.Toolsets) > 0 {
+		d["toolsets"] = req.Toolsets
+	}
+	if req.CommandPolicy != nil {
+		d["command_policy"] = commandPolicyJSON(req.CommandPolicy)
 	}
 	warnings := r.Ignored(shift)
 	if len(warnings) > 0 {

@@ -216,7 +216,8 @@ func (b *fakeBuilder) Build(ctx context.Context, req registry.BuildRequest, even
 		return layers.Manifest{}, berr
 	}
 	m := b.store.put(layers.Manifest{Name: template.StoreName(req.Owner, req.Name), Layers: []string{fakeDigest("base"), fakeDigest(req.Name)},
-		Source: "build", Config: layers.Config{Env: []string{"A=1"}, Workdir: "/app", Limits: req.Limits, Network: req.Network}})
+		Source: "build", Config: layers.Config{Env: []string{"A=1"}, Workdir: "/app", Limits: req.Limits, Network: req.Network,
+			Toolsets: req.Toolsets, CommandPolicy: req.CommandPolicy}})
 	return m, nil
 }
 

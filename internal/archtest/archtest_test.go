@@ -38,6 +38,14 @@ var forbidden = map[string][]string{
 	// daemon.
 	module + "/api":    {module + "/internal", module + "/client"},
 	module + "/client": {module + "/internal"},
+	// The E2B edge translates onto the public API through the client:
+	// it reaches no service, store or agent itself, so E2B callers have
+	// no door the API does not have.
+	module + "/internal/e2b": {
+		module + "/internal/api", module + "/internal/sandbox", module + "/internal/agentclient",
+		module + "/internal/runtime", module + "/internal/store", module + "/internal/audit",
+		module + "/internal/auth", module + "/internal/gateway", module + "/internal/daemon",
+	},
 }
 
 var daemonSide = []string{

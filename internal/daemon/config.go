@@ -109,6 +109,13 @@ type Config struct {
 	// /run/netns/airlock) holding the uplink, the sandboxes' host ends
 	// and the nftables table; the daemon's own if empty.
 	OpenNetNS string `json:"open_netns"`
+	// E2BListen, if set, is the TCP address of the E2B-compatible
+	// listener (internal/e2b): E2B's control plane and sandbox traffic,
+	// for E2B_API_URL and E2B_SANDBOX_URL. Empty: none.
+	E2BListen string `json:"e2b_listen"`
+	// E2BDomain, if set, is the wildcard domain of E2B sandbox traffic
+	// by host name ({port}-{id}.{E2BDomain}).
+	E2BDomain string `json:"e2b_domain"`
 }
 
 // Defaults returns the built-in configuration.
@@ -291,6 +298,10 @@ var settings = []setting{
 		func(c *Config) any { return &c.OpenUplink }},
 	{"open-pool", "CIDR", "IPv4 prefix the addresses of open sandboxes come from, a /30 each (default 100.96.0.0/16)",
 		func(c *Config) any { return &c.OpenPool }},
+	{"e2b-listen", "ADDR", "address of the E2B-compatible listener (E2B_API_URL and E2B_SANDBOX_URL point at it); empty: none",
+		func(c *Config) any { return &c.E2BListen }},
+	{"e2b-domain", "DOMAIN", "wildcard domain of E2B sandbox traffic by host name, {port}-{id}.DOMAIN (empty: headers only)",
+		func(c *Config) any { return &c.E2BDomain }},
 	{"open-netns", "PATH", "network namespace holding the open network's uplink, interfaces and nftables table (empty: the daemon's)",
 		func(c *Config) any { return &c.OpenNetNS }},
 }
@@ -488,6 +499,10 @@ func (c Config) Validate() error {
 		return bad("open pool %q is not an IPv4 prefix of /8 to /30", c.OpenPool)
 	case c.OpenNetNS != "" && (!filepath.IsAbs(c.OpenNetNS) || filepath.Clean(c.OpenNetNS) != c.OpenNetNS):
 		return bad("open netns %q must be a clean absolute path", c.OpenNetNS)
+	case c.E2BDomain != "" && !validDomain(c.E2BDomain):
+		return bad("e2b domain %q is not a DNS name (lowercase letters, digits and dashes in dot-separated labels)", c.E2BDomain)
+	case c.E2BDomain != "" && c.E2BListen == "":
+		return bad("e2b domain needs an e2b listen address")
 	case c.PortDomain != "" && !validDomain(c.PortDomain):
 		return bad("port domain %q is not a DNS name (lowercase letters, digits and dashes in dot-separated labels)", c.PortDomain)
 	}

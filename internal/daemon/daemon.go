@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/api"
 	"github.com/airlock-sandbox/airlock/internal/auth"
+	"github.com/airlock-sandbox/airlock/internal/e2b"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/gateway"
@@ -372,6 +374,26 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		}
 	}()
 	srv := api.NewServer(cfg.Listen, h, log.With("component", "http"))
+	// The E2B-compatible listener translates E2B's protocol onto this
+	// API, through the API's own listener, with the caller's key.
+	var e2bSrv *http.Server
+	var e2bLn net.Listener
+	if cfg.E2BListen != "" {
+		eh, err := e2b.New(e2b.Config{
+			APIURL: "http://" + loopbackAddr(ln.Addr()), Domain: cfg.E2BDomain, DefaultTemplate: cfg.DefaultTemplate,
+			OpenNetwork: router != nil, Log: log.With("component", "e2b"),
+		})
+		if err != nil {
+			return err
+		}
+		if e2bLn, err = net.Listen("tcp", cfg.E2BListen); err != nil {
+			return fmt.Errorf("e2b listen: %w", err)
+		}
+		defer e2bLn.Close()
+		e2bSrv = api.NewServer(cfg.E2BListen, eh, log.With("component", "e2b"))
+		fmt.Fprintf(announce, "E2B-compatible API on http://%s (E2B_API_URL and E2B_SANDBOX_URL)\n", e2bLn.Addr())
+		log.Info("serving e2b", "addr", e2bLn.Addr().String())
+	}
 	fmt.Fprintf(announce, "Airlock is listening on http://%s (data in %s)\n", ln.Addr(), cfg.DataDir)
 	log.Info("serving", "addr", ln.Addr().String(), "data_dir", cfg.DataDir)
 	if opts.Ready != nil {
@@ -380,6 +402,20 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	if e2bSrv != nil {
+		go func() {
+			if err := e2bSrv.Serve(e2bLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("e2b listener: %w", err)
+			}
+		}()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+			defer cancel()
+			if err := e2bSrv.Shutdown(sctx); err != nil {
+				_ = e2bSrv.Close()
+			}
+		}()
+	}
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
@@ -404,6 +440,23 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// loopbackAddr is an address that reaches the listener at a from this
+// host: an unspecified IP becomes loopback.
+func loopbackAddr(a net.Addr) string {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok {
+		return a.String()
+	}
+	ip := ta.IP
+	switch {
+	case ip == nil || ip.IsUnspecified() && ip.To4() != nil:
+		ip = net.IPv4(127, 0, 0, 1)
+	case ip.IsUnspecified():
+		ip = net.IPv6loopback
+	}
+	return net.JoinHostPort(ip.String(), strconv.Itoa(ta.Port))
 }
 
 // admitHost logs what the host checks found and returns the error naming

@@ -140,15 +140,17 @@ var _ registry.Builder = builder{}
 // Build runs req; set-id bits are stripped unless allowed.
 func (b builder) Build(ctx context.Context, req registry.BuildRequest, events func(registry.Event)) (layers.Manifest, error) {
 	breq := build.Request{
-		Name:        req.Name,
-		Owner:       req.Owner,
-		Airfile:     req.Airfile,
-		ContextDir:  req.ContextDir,
-		NoCache:     req.NoCache,
-		Limits:      req.Limits,
-		Network:     req.Network,
-		AllowSetuid: req.AllowSetuid,
-		StripSetuid: !req.AllowSetuid,
+		Name:          req.Name,
+		Owner:         req.Owner,
+		Airfile:       req.Airfile,
+		ContextDir:    req.ContextDir,
+		NoCache:       req.NoCache,
+		Limits:        req.Limits,
+		Network:       req.Network,
+		Toolsets:      req.Toolsets,
+		CommandPolicy: req.CommandPolicy,
+		AllowSetuid:   req.AllowSetuid,
+		StripSetuid:   !req.AllowSetuid,
 		Pull: oci.Options{
 			Username: req.Registry.Username,
 			Password: req.Registry.Password,

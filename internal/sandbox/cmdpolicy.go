@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/airlock-sandbox/airlock/internal/cmdpolicy"
+	"github.com/airlock-sandbox/airlock/internal/template"
 )
 
 // A sandbox's command policy (Spec.CommandPolicy) is kept with it, and
@@ -26,4 +27,14 @@ func checkCommandPolicy(p *cmdpolicy.Policy) (*cmdpolicy.Policy, error) {
 		out.Rules[i] = cmdpolicy.Rule{Action: r.Action, Prefix: slices.Clone(r.Prefix)}
 	}
 	return out, nil
+}
+
+// templateCommandPolicy is the default command policy of a template
+// (layers.Config's CommandPolicy, via template.CommandPolicier), nil when
+// it has none. checkCommandPolicy validates and copies it.
+func templateCommandPolicy(src template.Source) *cmdpolicy.Policy {
+	if t, ok := src.(template.CommandPolicier); ok {
+		return t.CommandPolicy()
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/cmdpolicy"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/template"
 )
 
 // A sandbox keeps its command policy, a copy of the Spec's, across a
@@ -58,5 +59,66 @@ func TestCommandPolicySpecChecks(t *testing.T) {
 		if _, err := m.Create(context.Background(), Spec{CommandPolicy: p}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("policy %+v: %v, want invalid argument", p, err)
 		}
+	}
+}
+
+// policyTemplate is a template with a default command policy.
+type policyTemplate struct {
+	staticSource
+	p *cmdpolicy.Policy
+}
+
+func (t policyTemplate) CommandPolicy() *cmdpolicy.Policy { return t.p }
+
+// A sandbox created without a command policy gets its template's (the
+// creating owner's template of the name first, else the shared one),
+// cold and pooled; a Spec's own policy replaces it whole. Manager.Template
+// resolves the template a create would use.
+func TestTemplateCommandPolicy(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	shared := &cmdpolicy.Policy{Default: cmdpolicy.Deny, Rules: []cmdpolicy.Rule{}}
+	owned := &cmdpolicy.Policy{Rules: []cmdpolicy.Rule{{Action: cmdpolicy.Deny, Prefix: []string{"git", "push"}}}}
+	for _, src := range []template.Source{policyTemplate{staticSource{"gov"}, shared}, policyTemplate{staticSource{"acme~gov"}, owned}} {
+		if err := e.templates.Add(src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := e.manager(Config{PoolSize: map[string]int{"gov": 1}})
+	eventually(t, 10*time.Second, "the pool to fill", func() bool { return m.PoolStats()[0].Ready == 1 })
+	own := &cmdpolicy.Policy{Default: cmdpolicy.Ask, Rules: []cmdpolicy.Rule{}}
+	for _, tt := range []struct {
+		name string
+		spec Spec
+		want *cmdpolicy.Policy
+	}{
+		{"pooled, shared template", Spec{Owner: "other", Template: "gov"}, shared},
+		{"cold, shared template", Spec{Owner: "other", Template: "gov"}, shared},
+		{"the owner's template", Spec{Owner: "acme", Template: "gov"}, owned},
+		{"own policy", Spec{Owner: "other", Template: "gov", CommandPolicy: own}, own},
+		{"template without one", Spec{Owner: "other", Template: "other"}, nil},
+	} {
+		sb, err := m.Create(ctx, tt.spec)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if !reflect.DeepEqual(sb.CmdPolicy, tt.want) {
+			t.Errorf("%s: policy %+v, want %+v", tt.name, sb.CmdPolicy, tt.want)
+		}
+	}
+
+	for _, tt := range []struct{ owner, name, want string }{
+		{"acme", "gov", "acme~gov"},
+		{"other", "gov", "gov"},
+		{"", "gov", "gov"},
+		{"acme", "", "host"}, // the default template
+	} {
+		src, err := m.Template(tt.owner, tt.name)
+		if err != nil || src.Name() != tt.want {
+			t.Errorf("Template(%q, %q) = %v, %v; want %s", tt.owner, tt.name, src, err, tt.want)
+		}
+	}
+	if _, err := m.Template("acme", "nope"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Template of a missing template: %v", err)
 	}
 }

@@ -141,6 +141,16 @@ func New(rt runtime.Runtime, templates *template.Registry, cfg Config, log *slog
 	return m, nil
 }
 
+// Template returns the template a Spec with this Owner and Template would
+// be created from (an empty name is Config.DefaultTemplate), resolved as
+// Create resolves it: owner's template of that name, else the shared
+// one. Callers use it to read a template's defaults that the manager
+// does not apply itself (template.Toolsetter); ErrNotFound when there is
+// none.
+func (m *Manager) Template(owner, name string) (template.Source, error) {
+	return m.cfg.lookupTemplate(m.templates, owner, name)
+}
+
 // Config returns the effective configuration (defaults filled in).
 func (m *Manager) Config() Config {
 	c := m.cfg

@@ -76,6 +76,38 @@ func (m *Manager) ListDir(ctx context.Context, id, path string, depth int, opts 
 	return rec.client.ListDir(ctx, path, depth, opts...)
 }
 
+// WatchDir watches the directory at path in sandbox id (with recursive,
+// its subdirectories too) and returns once the watch is in place. The
+// channel is closed when ctx ends or the watch ends (an abnormal end is
+// a last event with Err set); the caller drains it or ends ctx. The
+// watch counts as an operation in flight until then.
+func (m *Manager) WatchDir(ctx context.Context, id, path string, recursive bool, opts ...agentclient.FileOption) (<-chan agentclient.WatchEvent, error) {
+	rec, done, err := m.acquire(id)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := rec.client.Watch(ctx, path, recursive, opts...)
+	if err != nil {
+		done()
+		return nil, err
+	}
+	out := make(chan agentclient.WatchEvent)
+	go func() {
+		defer done()
+		defer close(out)
+		for ev := range ch {
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				for range ch { // the agent's stream ends with ctx
+				}
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
 // Stat describes path in sandbox id.
 func (m *Manager) Stat(ctx context.Context, id, path string, opts ...agentclient.FileOption) (*agentclient.EntryInfo, error) {
 	rec, done, err := m.acquire(id)

@@ -78,6 +78,26 @@ func (m *Manager) ConnectProcess(ctx context.Context, id string, pid int, stdout
 	return rec.client.Connect(ctx, pid, stdout, stderr)
 }
 
+// SendProcessInput writes data to the stdin of process pid of sandbox
+// id (a process started with its stdin kept open), and closes it after
+// when closeStdin is set.
+func (m *Manager) SendProcessInput(ctx context.Context, id string, pid int, data []byte, closeStdin bool) error {
+	rec, done, err := m.acquire(id)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if len(data) > 0 {
+		if err := rec.client.SendInput(ctx, pid, data); err != nil {
+			return err
+		}
+	}
+	if closeStdin {
+		return rec.client.CloseStdin(ctx, pid)
+	}
+	return nil
+}
+
 // ListProcesses returns the running processes of sandbox id that the
 // agent started, ordered by pid (see agentclient.Client.List).
 func (m *Manager) ListProcesses(ctx context.Context, id string) ([]agentclient.ProcessInfo, error) {

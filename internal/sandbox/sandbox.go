@@ -144,7 +144,9 @@ type Spec struct {
 	// gateway with each of its calls (gateway.Caller.KeyID).
 	KeyID string
 	// CommandPolicy, if set, judges the commands the API execs in the
-	// sandbox (see cmdpolicy.go). Kept with the sandbox.
+	// sandbox (see cmdpolicy.go). Kept with the sandbox. Nil takes the
+	// template's default policy (template.CommandPolicier), if any; a
+	// policy replaces the template's whole.
 	CommandPolicy *cmdpolicy.Policy
 }
 
@@ -557,16 +559,22 @@ type resolvedSpec struct {
 // envKeyPattern is what an environment variable name may look like.
 var envKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
+// lookupTemplate resolves the template a Spec names for owner: name, or
+// DefaultTemplate when it is empty, in owner's namespace, else the
+// shared one (template.Registry.Lookup).
+func (c Config) lookupTemplate(templates *template.Registry, owner, name string) (template.Source, error) {
+	if name == "" {
+		name = c.DefaultTemplate
+	}
+	return templates.Lookup(owner, name)
+}
+
 // resolve validates s against c and fills defaults.
 func (c Config) resolve(s Spec, templates *template.Registry) (resolvedSpec, error) {
 	bad := func(format string, args ...any) (resolvedSpec, error) {
 		return resolvedSpec{}, fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...)
 	}
-	name := s.Template
-	if name == "" {
-		name = c.DefaultTemplate
-	}
-	src, err := templates.Lookup(s.Owner, name)
+	src, err := c.lookupTemplate(templates, s.Owner, s.Template)
 	if err != nil {
 		return resolvedSpec{}, err
 	}
@@ -618,6 +626,9 @@ func (c Config) resolve(s Spec, templates *template.Registry) (resolvedSpec, err
 	tools, err := checkTools(s.Tools)
 	if err != nil {
 		return resolvedSpec{}, err
+	}
+	if s.CommandPolicy == nil {
+		s.CommandPolicy = templateCommandPolicy(src)
 	}
 	cmdPolicy, err := checkCommandPolicy(s.CommandPolicy)
 	if err != nil {

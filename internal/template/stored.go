@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
+	"github.com/airlock-sandbox/airlock/internal/cmdpolicy"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/template/layers"
@@ -76,6 +78,30 @@ func (t *Stored) Network() *layers.Network {
 }
 
 var _ Networker = (*Stored)(nil)
+
+// Toolsets returns the names of the template's default toolsets (nil when
+// it has none, or once it is removed).
+func (t *Stored) Toolsets() []string {
+	m, err := t.store.Get(t.name)
+	if err != nil {
+		return nil
+	}
+	return slices.Clone(m.Config.Toolsets)
+}
+
+var _ Toolsetter = (*Stored)(nil)
+
+// CommandPolicy returns the template's default command policy (nil when
+// it has none, or once it is removed).
+func (t *Stored) CommandPolicy() *cmdpolicy.Policy {
+	m, err := t.store.Get(t.name)
+	if err != nil {
+		return nil
+	}
+	return m.Config.CommandPolicy
+}
+
+var _ CommandPolicier = (*Stored)(nil)
 
 // Resolve returns the template's layer directories and its defaults
 // (working directory, user, environment), all from one read of the

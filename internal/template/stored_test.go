@@ -6,9 +6,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/cmdpolicy"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/template/layers"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
@@ -83,5 +86,66 @@ func TestStored(t *testing.T) {
 	}
 	if _, err := src.Resolve(ctx); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Resolve after removal: %v, want ErrNotFound", err)
+	}
+}
+
+// A stored template hands out its default toolsets and command policy
+// (template.Toolsetter, template.CommandPolicier), copies of what the
+// store keeps, and none once it is removed.
+func TestStoredDefaults(t *testing.T) {
+	testutil.RequireRoot(t, "needs root: layer extraction keeps file owners")
+	ctx := context.Background()
+	store, err := layers.Open(filepath.Join(t.TempDir(), "templates"), layers.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := store.NewLease()
+	defer lease.Release()
+	info, err := lease.Extract(ctx, bytes.NewReader(testutil.Tar(t, testutil.Entry{Name: "f", Body: "f"})), layers.ExtractOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := &cmdpolicy.Policy{Default: cmdpolicy.Deny, Rules: []cmdpolicy.Rule{{Action: cmdpolicy.Allow, Prefix: []string{"ls"}}}}
+	for _, m := range []layers.Manifest{
+		{Name: "gov", Layers: []string{info.DiffID}, Config: layers.Config{Toolsets: []string{"web", "db"}, CommandPolicy: policy}},
+		{Name: "plain", Layers: []string{info.DiffID}},
+	} {
+		if _, err := store.Put(ctx, m, layers.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gov, err := NewStored(store, "gov")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src Source = gov
+	ts, ok1 := src.(Toolsetter)
+	cp, ok2 := src.(CommandPolicier)
+	if !ok1 || !ok2 {
+		t.Fatal("a stored template is not a Toolsetter and a CommandPolicier")
+	}
+	if got := ts.Toolsets(); !slices.Equal(got, []string{"web", "db"}) {
+		t.Errorf("Toolsets = %q", got)
+	}
+	ts.Toolsets()[0] = "changed"
+	cp.CommandPolicy().Rules[0].Prefix[0] = "changed"
+	if got := ts.Toolsets(); got[0] != "web" {
+		t.Errorf("changing the returned toolsets changed the template's: %q", got)
+	}
+	if got := cp.CommandPolicy(); !reflect.DeepEqual(got, policy) {
+		t.Errorf("CommandPolicy = %+v, want %+v", got, policy)
+	}
+	plain, err := NewStored(store, "plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.Toolsets() != nil || plain.CommandPolicy() != nil {
+		t.Errorf("a template without defaults has toolsets %q, policy %+v", plain.Toolsets(), plain.CommandPolicy())
+	}
+	if _, err := store.Remove(ctx, "gov"); err != nil {
+		t.Fatal(err)
+	}
+	if gov.Toolsets() != nil || gov.CommandPolicy() != nil {
+		t.Error("a removed template still has defaults")
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/airlock-sandbox/airlock/internal/cmdpolicy"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/template/layers"
@@ -64,6 +65,26 @@ type Networker interface {
 	// Network returns the template's default network, nil when it has
 	// none.
 	Network() *layers.Network
+}
+
+// Toolsetter is implemented by sources whose templates may name default
+// toolsets (a stored template built with some). A sandbox request that
+// grants no tools and no toolsets is granted them, resolved for its
+// tenant; one that names any replaces them whole.
+type Toolsetter interface {
+	// Toolsets returns the names of the template's default toolsets,
+	// nil when it has none.
+	Toolsets() []string
+}
+
+// CommandPolicier is implemented by sources whose templates may carry a
+// default command policy for exec (a stored template built with one). A
+// sandbox request without a command policy takes it; one with a policy
+// replaces it whole.
+type CommandPolicier interface {
+	// CommandPolicy returns the template's default command policy, nil
+	// when it has none. The caller must not change it.
+	CommandPolicy() *cmdpolicy.Policy
 }
 
 // NamePattern is the syntax of template names.

@@ -41,6 +41,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/cmdpolicy"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/template"
@@ -131,6 +132,13 @@ type Request struct {
 	// layers.Config.Network); nil keeps the base template's. RUN steps
 	// have no network whatever it says.
 	Network *layers.Network
+	// Toolsets name the template's default toolsets (see
+	// layers.Config.Toolsets); empty keeps the base template's.
+	Toolsets []string
+	// CommandPolicy is the template's default command policy for exec
+	// (see layers.Config.CommandPolicy); nil keeps the base template's.
+	// RUN steps are not judged by it.
+	CommandPolicy *cmdpolicy.Policy
 	// ContextDir is the build context COPY and ADD read from (an
 	// absolute path); "" allows no COPY or ADD.
 	ContextDir string
@@ -289,7 +297,7 @@ func (b *Builder) Build(ctx context.Context, req Request, events func(Event)) (l
 	if req.AllowSetuid && req.StripSetuid {
 		return layers.Manifest{}, fmt.Errorf("AllowSetuid and StripSetuid exclude each other: %w", errdefs.ErrInvalidArgument)
 	}
-	if err := (&layers.Config{Limits: req.Limits, Network: req.Network}).Validate(); err != nil {
+	if err := (&layers.Config{Limits: req.Limits, Network: req.Network, Toolsets: req.Toolsets, CommandPolicy: req.CommandPolicy}).Validate(); err != nil {
 		return layers.Manifest{}, err
 	}
 	file, err := airfile.Parse(bytes.NewReader(req.Airfile))

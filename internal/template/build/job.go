@@ -178,6 +178,12 @@ func (j *job) save(ctx context.Context) (layers.Manifest, error) {
 		c.Allow = slices.Clone(n.Allow)
 		j.cfg.Network = &c
 	}
+	if len(j.req.Toolsets) > 0 {
+		j.cfg.Toolsets = slices.Clone(j.req.Toolsets)
+	}
+	if p := j.req.CommandPolicy; p != nil {
+		j.cfg.CommandPolicy = layers.ClonePolicy(p)
+	}
 	m := layers.Manifest{
 		Name:   j.storeName(),
 		Layers: slices.Clone(j.layers),

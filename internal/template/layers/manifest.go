@@ -6,9 +6,11 @@ import (
 	"math"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/cmdpolicy"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 )
@@ -63,6 +65,36 @@ type Config struct {
 	// Network is the template's default network policy: a sandbox
 	// request without a network takes it. Nil when it has none.
 	Network *Network `json:"network,omitempty"`
+	// Toolsets name the toolsets a sandbox request that grants no tools
+	// and no toolsets is granted, resolved for the creating tenant at
+	// each create (a toolset is one tenant's, and a template may be
+	// shared); a request that names any replaces them whole. At most
+	// MaxToolsets; the API checks each is a toolset name
+	// (gateway.ValidName) at build time.
+	Toolsets []string `json:"toolsets,omitempty"`
+	// CommandPolicy is the template's default command policy for exec
+	// (see package cmdpolicy): a sandbox request without one takes it,
+	// one with a policy replaces it whole. Nil when it has none.
+	CommandPolicy *cmdpolicy.Policy `json:"command_policy,omitempty"`
+}
+
+// MaxToolsets caps the default toolsets of a template (Config.Toolsets).
+const MaxToolsets = 64
+
+// maxToolsetName caps the bytes of a default toolset's name.
+const maxToolsetName = 64
+
+// ClonePolicy returns a copy of p that shares nothing with it (nil for
+// nil).
+func ClonePolicy(p *cmdpolicy.Policy) *cmdpolicy.Policy {
+	if p == nil {
+		return nil
+	}
+	out := &cmdpolicy.Policy{Default: p.Default, Rules: make([]cmdpolicy.Rule, len(p.Rules))}
+	for i, r := range p.Rules {
+		out.Rules[i] = cmdpolicy.Rule{Action: r.Action, Prefix: slices.Clone(r.Prefix)}
+	}
+	return out
 }
 
 // Network is a template's default network policy, in the sandbox
@@ -185,6 +217,30 @@ func (c *Config) Validate() error {
 		}
 		if !printable(n.Mode) || n.MaxConns < 0 || n.BandwidthBytesPerSec < 0 || n.IdleTimeout < 0 {
 			return fmt.Errorf("template network: mode must be printable and limits not negative: %w", errdefs.ErrInvalidArgument)
+		}
+	}
+	if len(c.Toolsets) > MaxToolsets {
+		return fmt.Errorf("template toolsets: %d names, at most %d: %w", len(c.Toolsets), MaxToolsets, errdefs.ErrInvalidArgument)
+	}
+	for i, ts := range c.Toolsets {
+		if ts == "" || len(ts) > maxToolsetName || !printable(ts) || strings.ContainsAny(ts, " \t") {
+			return fmt.Errorf("template toolsets[%d] %q: want 1 to %d printable bytes without spaces: %w", i, quoteName(ts), maxToolsetName, errdefs.ErrInvalidArgument)
+		}
+		if slices.Contains(c.Toolsets[:i], ts) {
+			return fmt.Errorf("template toolsets: %q is named twice: %w", ts, errdefs.ErrInvalidArgument)
+		}
+		total += len(ts)
+	}
+	if p := c.CommandPolicy; p != nil {
+		if err := p.Validate(); err != nil {
+			return fmt.Errorf("template %w", err)
+		}
+		total += len(p.Default)
+		for _, r := range p.Rules {
+			total += len(r.Action)
+			for _, w := range r.Prefix {
+				total += len(w)
+			}
 		}
 	}
 	if total > maxConfigBytes {

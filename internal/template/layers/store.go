@@ -438,6 +438,13 @@ func cloneManifest(m Manifest) Manifest {
 	m.Config.Env = slices.Clone(m.Config.Env)
 	m.Config.Cmd = slices.Clone(m.Config.Cmd)
 	m.Config.Entrypoint = slices.Clone(m.Config.Entrypoint)
+	if n := m.Config.Network; n != nil {
+		c := *n
+		c.Allow = slices.Clone(n.Allow)
+		m.Config.Network = &c
+	}
+	m.Config.Toolsets = slices.Clone(m.Config.Toolsets)
+	m.Config.CommandPolicy = ClonePolicy(m.Config.CommandPolicy)
 	return m
 }
 

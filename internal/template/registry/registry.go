@@ -28,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/cmdpolicy"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/template"
@@ -52,6 +53,10 @@ type Store interface {
 }
 
 var _ Store = (*layers.Store)(nil)
+
+// MaxToolsets caps a template's default toolsets (layers.MaxToolsets),
+// for the API to check a build before it starts.
+const MaxToolsets = layers.MaxToolsets
 
 // Builder builds one template into the Store: it pulls the base, runs the
 // steps, saves the manifest and returns it. events, if not nil, is called
@@ -108,6 +113,14 @@ type BuildRequest struct {
 	// Network is the template's default network policy, validated by
 	// the caller (sandbox.TemplateNetwork); nil keeps a FROM template's.
 	Network *Network
+	// Toolsets name the template's default toolsets (layers.Config
+	// .Toolsets), validated by the caller (gateway.ValidName); empty
+	// keeps a FROM template's.
+	Toolsets []string
+	// CommandPolicy is the template's default command policy
+	// (layers.Config.CommandPolicy), validated by the caller; nil keeps
+	// a FROM template's.
+	CommandPolicy *cmdpolicy.Policy
 }
 
 // Network is a template's default network policy, as its manifest keeps

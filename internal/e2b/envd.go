@@ -1,0 +1,597 @@
+package e2b
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/e2b/envdpb"
+	"github.com/airlock-sandbox/airlock/internal/e2b/envdpb/envdpbconnect"
+)
+
+// Bounds of the envd services.
+const (
+	// maxProcessTimeout bounds a command whose call has no deadline
+	// (E2B's timeoutMs 0): the API's longest exec.
+	maxProcessTimeout = time.Hour
+	// defaultKeepalive is the keepalive interval of a stream whose call
+	// names none (Keepalive-Ping-Interval, seconds).
+	defaultKeepalive = 50 * time.Second
+)
+
+// call is what the envd services need of the request they serve: the
+// caller's client, the sandbox, the user the SDK chose, and the request's
+// context without the deadline Connect-Timeout-Ms set on the call (which
+// is the process's lifetime, not the stream's).
+type call struct {
+	c    *client.Client
+	id   string
+	user string
+	base context.Context
+}
+
+type callKey struct{}
+
+func callOf(ctx context.Context) *call { return ctx.Value(callKey{}).(*call) }
+
+// envd implements envd's process.Process and filesystem.Filesystem
+// services on Airlock's API.
+type envd struct{}
+
+var (
+	_ envdpbconnect.ProcessHandler    = envd{}
+	_ envdpbconnect.FilesystemHandler = envd{}
+)
+
+// connectHandlers are the services' HTTP handlers, by path prefix.
+func connectHandlers() *http.ServeMux {
+	mux := http.NewServeMux()
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(8 << 20)}
+	mux.Handle(envdpbconnect.NewProcessHandler(envd{}, opts...))
+	mux.Handle(envdpbconnect.NewFilesystemHandler(envd{}, opts...))
+	return mux
+}
+
+// serveConnect serves a Connect call of envd's services for sandbox id.
+func (h *Handler) serveConnect(w http.ResponseWriter, r *http.Request, c *client.Client, id string) {
+	u := basicUser(r)
+	switch u {
+	case "", "user", "root":
+	default:
+		envdError(w, http.StatusUnauthorized, fmt.Sprintf("user %q does not exist in this sandbox (user or root)", clip(u)))
+		return
+	}
+	cl := &call{c: c, id: id, user: u, base: r.Context()}
+	h.connect.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callKey{}, cl)))
+}
+
+// connectError is err as a Connect error with the code the SDKs map.
+func connectError(err error) error {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	code := connect.CodeInternal
+	switch {
+	case errors.Is(err, client.ErrNotFound):
+		code = connect.CodeNotFound
+	case errors.Is(err, client.ErrInvalid), errors.Is(err, client.ErrTooLarge):
+		code = connect.CodeInvalidArgument
+	case errors.Is(err, client.ErrUnauthorized):
+		code = connect.CodeUnauthenticated
+	case errors.Is(err, client.ErrForbidden):
+		code = connect.CodePermissionDenied
+	case errors.Is(err, client.ErrConflict):
+		code = connect.CodeFailedPrecondition
+	case errors.Is(err, client.ErrRateLimited), errors.Is(err, client.ErrQuotaExceeded):
+		code = connect.CodeResourceExhausted
+	case errors.Is(err, client.ErrNotSupported):
+		code = connect.CodeUnimplemented
+	case errors.Is(err, client.ErrTimeout):
+		code = connect.CodeDeadlineExceeded
+	case errors.Is(err, client.ErrUnavailable):
+		code = connect.CodeUnavailable
+	case errors.Is(err, context.Canceled):
+		code = connect.CodeCanceled
+	}
+	_, msg := statusOf(err)
+	return connect.NewError(code, errors.New(msg))
+}
+
+// fail is err as a Connect error; a conflict because the sandbox has
+// ended is unavailable, which the SDKs read as "the sandbox is gone".
+func (cl *call) fail(err error) error {
+	if errors.Is(err, client.ErrConflict) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(cl.base), 10*time.Second)
+		defer cancel()
+		if _, lerr := live(ctx, cl.c, cl.id); errors.Is(lerr, client.ErrNotFound) {
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s is not running", ToE2BID(cl.id)))
+		}
+	}
+	return connectError(err)
+}
+
+// ---- process.Process ----
+
+// keepalive is the interval of a stream's keepalive events.
+func keepalive(h http.Header) time.Duration {
+	if s, err := strconv.Atoi(h.Get("Keepalive-Ping-Interval")); err == nil && s > 0 && s <= 3600 {
+		return time.Duration(s) * time.Second
+	}
+	return defaultKeepalive
+}
+
+// events sends a process's events on one stream, in order, with
+// keepalives while it is quiet.
+type events struct {
+	mu   sync.Mutex
+	send func(*envdpb.ProcessEvent) error
+	err  error
+}
+
+func (e *events) emit(ev *envdpb.ProcessEvent) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.err == nil {
+		e.err = e.send(ev)
+	}
+	return e.err
+}
+
+func (e *events) output(s client.Stream, b []byte) error {
+	data := &envdpb.ProcessEvent_DataEvent{}
+	if s == client.Stderr {
+		data.Output = &envdpb.ProcessEvent_DataEvent_Stderr{Stderr: b}
+	} else {
+		data.Output = &envdpb.ProcessEvent_DataEvent_Stdout{Stdout: b}
+	}
+	return e.emit(&envdpb.ProcessEvent{Event: &envdpb.ProcessEvent_Data{Data: data}})
+}
+
+func (e *events) start(pid int) error {
+	return e.emit(&envdpb.ProcessEvent{Event: &envdpb.ProcessEvent_Start{Start: &envdpb.ProcessEvent_StartEvent{Pid: uint32(pid)}}})
+}
+
+// end sends the end event of res.
+func (e *events) end(res *client.ExecResult) error {
+	end := &envdpb.ProcessEvent_EndEvent{ExitCode: int32(res.ExitCode), Exited: res.Signal == 0}
+	switch {
+	case res.Signal != 0:
+		end.Status = "signal: " + signalName(res.Signal)
+	default:
+		end.Status = "exit status " + strconv.Itoa(res.ExitCode)
+	}
+	// The SDKs make the error the message of CommandExitError.
+	switch {
+	case res.Error != "":
+		msg := res.Error
+		end.Error = &msg
+	case res.Status == client.StatusTimeout:
+		msg := "the process ran past its timeout and was killed"
+		end.Error = &msg
+	case res.ExitCode != 0 || res.Signal != 0:
+		msg := end.Status
+		end.Error = &msg
+	}
+	return e.emit(&envdpb.ProcessEvent{Event: &envdpb.ProcessEvent_End{End: end}})
+}
+
+// keep sends keepalive events every d until stop closes.
+func (e *events) keep(d time.Duration, stop <-chan struct{}) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			_ = e.emit(&envdpb.ProcessEvent{Event: &envdpb.ProcessEvent_Keepalive{Keepalive: &envdpb.ProcessEvent_KeepAlive{}}})
+		}
+	}
+}
+
+func signalName(sig int) string {
+	switch sig {
+	case 9:
+		return "killed"
+	case 15:
+		return "terminated"
+	case 2:
+		return "interrupt"
+	case 1:
+		return "hangup"
+	}
+	return "signal " + strconv.Itoa(sig)
+}
+
+// Start runs a command: Connect-Timeout-Ms (the call's deadline) is its
+// lifetime, as envd has it; it runs on when the stream ends first.
+func (envd) Start(ctx context.Context, req *connect.Request[envdpb.StartRequest], stream *connect.ServerStream[envdpb.StartResponse]) error {
+	cl := callOf(ctx)
+	cfg := req.Msg.GetProcess()
+	if cfg == nil || cfg.GetCmd() == "" {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is required"))
+	}
+	if req.Msg.GetPty() != nil {
+		return connect.NewError(connect.CodeUnimplemented, errors.New("PTY processes are not supported by this server yet; use Airlock's terminal (GET /v1/sandboxes/{id}/pty)"))
+	}
+	timeout := maxProcessTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = max(time.Until(dl), time.Second)
+	}
+	ev := &events{send: func(e *envdpb.ProcessEvent) error { return stream.Send(&envdpb.StartResponse{Event: e}) }}
+	ereq := client.ExecRequest{
+		Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), User: cl.user,
+		Timeout: timeout, Background: true, Tag: req.Msg.GetTag(), KeepStdin: req.Msg.GetStdin(),
+		OnStart: func(pid int) { _ = ev.start(pid) },
+	}
+	return runEvents(cl, ev, keepalive(req.Header()), func(ctx context.Context) (*client.ExecResult, error) {
+		return cl.c.ExecStream(ctx, cl.id, ereq, ev.output)
+	})
+}
+
+// runEvents runs fn (a stream of the process's output) with keepalives,
+// and ends the stream with the end event.
+func runEvents(cl *call, ev *events, every time.Duration, fn func(context.Context) (*client.ExecResult, error)) error {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { ev.keep(every, stop) })
+	res, err := fn(cl.base)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		return cl.fail(err)
+	}
+	return ev.end(res)
+}
+
+// Connect follows a running process: its start event (the pid), its
+// output from now on, its end.
+func (envd) Connect(ctx context.Context, req *connect.Request[envdpb.ConnectRequest], stream *connect.ServerStream[envdpb.ConnectResponse]) error {
+	cl := callOf(ctx)
+	pid, err := resolvePID(ctx, cl, req.Msg.GetProcess())
+	if err != nil {
+		return err
+	}
+	ev := &events{send: func(e *envdpb.ProcessEvent) error { return stream.Send(&envdpb.ConnectResponse{Event: e}) }}
+	if err := ev.start(pid); err != nil {
+		return err
+	}
+	return runEvents(cl, ev, keepalive(req.Header()), func(ctx context.Context) (*client.ExecResult, error) {
+		return cl.c.FollowProcess(ctx, cl.id, pid, ev.output)
+	})
+}
+
+// resolvePID finds the pid a selector names: its pid, or the process
+// started with its tag.
+func resolvePID(ctx context.Context, cl *call, sel *envdpb.ProcessSelector) (int, error) {
+	if sel == nil {
+		return 0, connect.NewError(connect.CodeInvalidArgument, errors.New("process is required"))
+	}
+	if tag := sel.GetTag(); tag != "" {
+		list, err := cl.c.ListProcesses(ctx, cl.id)
+		if err != nil {
+			return 0, connectError(err)
+		}
+		for _, p := range list.Processes {
+			if p.StartedByAgent && p.Tag == tag {
+				return p.PID, nil
+			}
+		}
+		return 0, connect.NewError(connect.CodeNotFound, fmt.Errorf("no process has tag %q", clip(tag)))
+	}
+	if pid := sel.GetPid(); pid > 0 {
+		return int(pid), nil
+	}
+	return 0, connect.NewError(connect.CodeInvalidArgument, errors.New("process needs a pid or a tag"))
+}
+
+// List returns the running processes started through the API.
+func (envd) List(ctx context.Context, req *connect.Request[envdpb.ListRequest]) (*connect.Response[envdpb.ListResponse], error) {
+	cl := callOf(ctx)
+	list, err := cl.c.ListProcesses(ctx, cl.id)
+	if err != nil {
+		return nil, cl.fail(err)
+	}
+	out := &envdpb.ListResponse{}
+	for _, p := range list.Processes {
+		if !p.StartedByAgent || len(p.Cmd) == 0 {
+			continue
+		}
+		info := &envdpb.ProcessInfo{Pid: uint32(p.PID), Config: &envdpb.ProcessConfig{Cmd: p.Cmd[0], Args: p.Cmd[1:], Envs: map[string]string{}}}
+		if p.Tag != "" {
+			tag := p.Tag
+			info.Tag = &tag
+		}
+		out.Processes = append(out.Processes, info)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// SendInput writes to a process's stdin.
+func (envd) SendInput(ctx context.Context, req *connect.Request[envdpb.SendInputRequest]) (*connect.Response[envdpb.SendInputResponse], error) {
+	cl := callOf(ctx)
+	pid, err := resolvePID(ctx, cl, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	in := req.Msg.GetInput()
+	if in.GetPty() != nil {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("PTY input is not supported by this server yet"))
+	}
+	if err := cl.c.SendProcessInput(ctx, cl.id, pid, in.GetStdin(), false); err != nil {
+		return nil, cl.fail(err)
+	}
+	return connect.NewResponse(&envdpb.SendInputResponse{}), nil
+}
+
+// StreamInput writes a client stream of input to one process.
+func (envd) StreamInput(ctx context.Context, stream *connect.ClientStream[envdpb.StreamInputRequest]) (*connect.Response[envdpb.StreamInputResponse], error) {
+	cl := callOf(ctx)
+	pid := 0
+	for stream.Receive() {
+		msg := stream.Msg()
+		switch {
+		case msg.GetStart() != nil:
+			p, err := resolvePID(ctx, cl, msg.GetStart().GetProcess())
+			if err != nil {
+				return nil, err
+			}
+			pid = p
+		case msg.GetData() != nil:
+			if pid == 0 {
+				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("the stream's first message must name the process"))
+			}
+			if err := cl.c.SendProcessInput(ctx, cl.id, pid, msg.GetData().GetInput().GetStdin(), false); err != nil {
+				return nil, cl.fail(err)
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&envdpb.StreamInputResponse{}), nil
+}
+
+// CloseStdin closes a process's stdin.
+func (envd) CloseStdin(ctx context.Context, req *connect.Request[envdpb.CloseStdinRequest]) (*connect.Response[envdpb.CloseStdinResponse], error) {
+	cl := callOf(ctx)
+	pid, err := resolvePID(ctx, cl, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if err := cl.c.SendProcessInput(ctx, cl.id, pid, nil, true); err != nil {
+		return nil, cl.fail(err)
+	}
+	return connect.NewResponse(&envdpb.CloseStdinResponse{}), nil
+}
+
+// SendSignal sends SIGTERM or SIGKILL.
+func (envd) SendSignal(ctx context.Context, req *connect.Request[envdpb.SendSignalRequest]) (*connect.Response[envdpb.SendSignalResponse], error) {
+	cl := callOf(ctx)
+	pid, err := resolvePID(ctx, cl, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	sig := "KILL"
+	switch req.Msg.GetSignal() {
+	case envdpb.Signal_SIGNAL_SIGTERM:
+		sig = "TERM"
+	case envdpb.Signal_SIGNAL_SIGKILL:
+	default:
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("signal must be SIGTERM or SIGKILL"))
+	}
+	if err := cl.c.SignalProcess(ctx, cl.id, pid, sig); err != nil {
+		return nil, cl.fail(err)
+	}
+	return connect.NewResponse(&envdpb.SendSignalResponse{}), nil
+}
+
+// Update would resize a PTY, which this server does not run yet.
+func (envd) Update(ctx context.Context, req *connect.Request[envdpb.UpdateRequest]) (*connect.Response[envdpb.UpdateResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("PTY processes are not supported by this server yet"))
+}
+
+// ---- filesystem.Filesystem ----
+
+func fileOpt(cl *call) client.FileOption { return client.AsUser(cl.user) }
+
+// entryInfo is envd's EntryInfo of fi.
+func entryInfo(fi *client.FileInfo) *envdpb.EntryInfo {
+	e := &envdpb.EntryInfo{
+		Name: fi.Name, Path: fi.Path, Size: fi.Size, Mode: fi.Mode & 0o7777,
+		Permissions: fs.FileMode(fi.Mode & 0o777).String(), Owner: ownerName(fi.UID), Group: ownerName(fi.GID),
+		ModifiedTime: timestamppb.New(fi.ModTime), Metadata: map[string]string{},
+	}
+	switch fi.Type {
+	case "file":
+		e.Type = envdpb.FileType_FILE_TYPE_FILE
+	case "dir":
+		e.Type = envdpb.FileType_FILE_TYPE_DIRECTORY
+		e.Permissions = "d" + e.Permissions[1:]
+	case "symlink":
+		e.Type = envdpb.FileType_FILE_TYPE_SYMLINK
+		e.Permissions = "L" + e.Permissions[1:]
+		t := fi.SymlinkTarget
+		e.SymlinkTarget = &t
+	}
+	return e
+}
+
+// ownerName names a sandbox uid as the sandbox does: 0 root, 1000 user.
+func ownerName(id uint32) string {
+	switch id {
+	case 0:
+		return "root"
+	case 1000:
+		return "user"
+	}
+	return strconv.Itoa(int(id))
+}
+
+func (envd) Stat(ctx context.Context, req *connect.Request[envdpb.StatRequest]) (*connect.Response[envdpb.StatResponse], error) {
+	cl := callOf(ctx)
+	fi, err := cl.c.StatFile(ctx, cl.id, req.Msg.GetPath(), fileOpt(cl))
+	if err != nil {
+		return nil, cl.fail(err)
+	}
+	return connect.NewResponse(&envdpb.StatResponse{Entry: entryInfo(fi)}), nil
+}
+
+// MakeDir creates a directory and its parents; one that exists is
+// already_exists, which the SDKs read as false.
+func (envd) MakeDir(ctx context.Context, req *connect.Request[envdpb.MakeDirRequest]) (*connect.Response[envdpb.MakeDirResponse], error) {
+	cl := callOf(ctx)
+	p := req.Msg.GetPath()
+	if fi, err := cl.c.StatFile(ctx, cl.id, p, fileOpt(cl)); err == nil {
+		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("%s already exists (a %s)", clip(fi.Path), fi.Type))
+	} else if !errors.Is(err, client.ErrNotFound) {
+		return nil, cl.fail(err)
+	}
+	fi, err := cl.c.MakeDir(ctx, cl.id, p, fileOpt(cl))
+	if err != nil {
+		return nil, cl.fail(err)
+	}
+	return connect.NewResponse(&envdpb.MakeDirResponse{Entry: entryInfo(fi)}), nil
+}
+
+func (envd) Move(ctx context.Context, req *connect.Request[envdpb.MoveRequest]) (*connect.Response[envdpb.MoveResponse], error) {
+	cl := callOf(ctx)
+	fi, err := cl.c.MoveFile(ctx, cl.id, req.Msg.GetSource(), req.Msg.GetDestination(), fileOpt(cl))
+	if err != nil {
+		return nil, cl.fail(err)
+	}
+	return connect.NewResponse(&envdpb.MoveResponse{Entry: entryInfo(fi)}), nil
+}
+
+// ListDir lists a directory to a depth (0 is 1, as envd has it).
+func (envd) ListDir(ctx context.Context, req *connect.Request[envdpb.ListDirRequest]) (*connect.Response[envdpb.ListDirResponse], error) {
+	cl := callOf(ctx)
+	depth := max(int(req.Msg.GetDepth()), 1)
+	p := req.Msg.GetPath()
+	if p == "" {
+		p = "."
+	}
+	entries, _, err := cl.c.ListDir(ctx, cl.id, p, depth, fileOpt(cl))
+	if err != nil {
+		return nil, cl.fail(err)
+	}
+	out := &envdpb.ListDirResponse{Entries: make([]*envdpb.EntryInfo, 0, len(entries))}
+	for i := range entries {
+		out.Entries = append(out.Entries, entryInfo(&entries[i]))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (envd) Remove(ctx context.Context, req *connect.Request[envdpb.RemoveRequest]) (*connect.Response[envdpb.RemoveResponse], error) {
+	cl := callOf(ctx)
+	if err := cl.c.RemoveFile(ctx, cl.id, req.Msg.GetPath(), true, fileOpt(cl)); err != nil {
+		return nil, cl.fail(err)
+	}
+	return connect.NewResponse(&envdpb.RemoveResponse{}), nil
+}
+
+// eventType is envd's type of a watch change.
+func eventType(op string) envdpb.EventType {
+	switch op {
+	case "create":
+		return envdpb.EventType_EVENT_TYPE_CREATE
+	case "write":
+		return envdpb.EventType_EVENT_TYPE_WRITE
+	case "remove":
+		return envdpb.EventType_EVENT_TYPE_REMOVE
+	case "rename":
+		return envdpb.EventType_EVENT_TYPE_RENAME
+	case "chmod":
+		return envdpb.EventType_EVENT_TYPE_CHMOD
+	}
+	return envdpb.EventType_EVENT_TYPE_UNSPECIFIED
+}
+
+// watchRoot is the absolute path of the directory a watch names, for
+// the events' names, which are relative to it.
+func watchRoot(ctx context.Context, cl *call, p string) (string, error) {
+	fi, err := cl.c.StatFile(ctx, cl.id, p, fileOpt(cl))
+	if err != nil {
+		return "", cl.fail(err)
+	}
+	if fi.Type != "dir" {
+		return "", connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is not a directory", clip(fi.Path)))
+	}
+	return fi.Path, nil
+}
+
+// fsEvent is envd's event of a change under root.
+func fsEvent(root string, ev client.WatchEvent) *envdpb.FilesystemEvent {
+	name := strings.TrimPrefix(strings.TrimPrefix(ev.Path, root), "/")
+	return &envdpb.FilesystemEvent{Name: name, Type: eventType(ev.Op)}
+}
+
+// WatchDir streams the changes under a directory: a start event, then
+// one per change, with keepalives, until the call's deadline (E2B's
+// timeoutMs) or the client goes.
+func (envd) WatchDir(ctx context.Context, req *connect.Request[envdpb.WatchDirRequest], stream *connect.ServerStream[envdpb.WatchDirResponse]) error {
+	cl := callOf(ctx)
+	root, err := watchRoot(ctx, cl, req.Msg.GetPath())
+	if err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	send := func(r *envdpb.WatchDirResponse) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return stream.Send(r)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(stop); wg.Wait() }()
+	err = cl.c.WatchDir(ctx, cl.id, root, req.Msg.GetRecursive(), func() {
+		_ = send(&envdpb.WatchDirResponse{Event: &envdpb.WatchDirResponse_Start{Start: &envdpb.WatchDirResponse_StartEvent{}}})
+		every := keepalive(req.Header())
+		wg.Go(func() {
+			t := time.NewTicker(every)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					_ = send(&envdpb.WatchDirResponse{Event: &envdpb.WatchDirResponse_Keepalive{Keepalive: &envdpb.WatchDirResponse_KeepAlive{}}})
+				}
+			}
+		})
+	}, func(ev client.WatchEvent) error {
+		return send(&envdpb.WatchDirResponse{Event: &envdpb.WatchDirResponse_Filesystem{Filesystem: fsEvent(root, ev)}})
+	}, fileOpt(cl))
+	if err != nil && ctx.Err() != nil {
+		return nil // the call's deadline: the watch's end
+	}
+	if err != nil {
+		return connectError(err)
+	}
+	return nil
+}
+
+var errNoPolledWatch = connect.NewError(connect.CodeUnimplemented, errors.New("polled watchers are not supported by this server yet; use WatchDir"))
+
+func (envd) CreateWatcher(ctx context.Context, req *connect.Request[envdpb.CreateWatcherRequest]) (*connect.Response[envdpb.CreateWatcherResponse], error) {
+	return nil, errNoPolledWatch
+}
+
+func (envd) GetWatcherEvents(ctx context.Context, req *connect.Request[envdpb.GetWatcherEventsRequest]) (*connect.Response[envdpb.GetWatcherEventsResponse], error) {
+	return nil, errNoPolledWatch
+}
+
+func (envd) RemoveWatcher(ctx context.Context, req *connect.Request[envdpb.RemoveWatcherRequest]) (*connect.Response[envdpb.RemoveWatcherResponse], error) {
+	return nil, errNoPolledWatch
+}
