@@ -206,6 +206,10 @@ func (h *Handler) network(req *newSandbox) (*client.Network, error) {
 		if h.cfg.OpenNetwork {
 			return &client.Network{Mode: "open"}, nil
 		}
+		// Without an open network the sandbox gets the template's
+		// default (none unless it says otherwise), and its detail says
+		// allowInternetAccess false.
+		return nil, nil
 	}
 	return &client.Network{Mode: "none"}, nil
 }
