@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
@@ -147,11 +148,22 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request, c *client.Clien
 			envdError(w, http.StatusBadRequest, "path is required for a body that is not multipart")
 			return
 		}
-		if enc := r.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
-			envdError(w, http.StatusBadRequest, fmt.Sprintf("content encoding %q is not supported", clip(enc)))
+		var body io.Reader = r.Body
+		switch enc := r.Header.Get("Content-Encoding"); enc {
+		case "", "identity":
+		case "gzip":
+			zr, err := gzip.NewReader(r.Body)
+			if err != nil {
+				envdError(w, http.StatusBadRequest, "the gzip body is malformed")
+				return
+			}
+			defer zr.Close()
+			body = zr
+		default:
+			envdError(w, http.StatusBadRequest, fmt.Sprintf("content encoding %q is not supported (gzip or none)", clip(enc)))
 			return
 		}
-		fi, err := c.WriteFile(r.Context(), id, p, r.Body, user)
+		fi, err := c.WriteFile(r.Context(), id, p, body, user)
 		if err != nil {
 			envdFail(w, err)
 			return

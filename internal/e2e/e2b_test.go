@@ -39,7 +39,7 @@ var e2bAddr = regexp.MustCompile(`E2B-compatible API on (http://[0-9.:]+) `)
 // startE2B starts a daemon with the E2B listener on a free port.
 func startE2B(t *testing.T) *e2bEnv {
 	t.Helper()
-	e := newEnv(t, "--e2b-listen", "127.0.0.1:0")
+	e := newEnv(t, "--e2b-listen", "127.0.0.1:0", "--e2b-domain", "e2b.test")
 	d := e.start()
 	m := e2bAddr.FindStringSubmatch(d.Stdout())
 	if m == nil {
@@ -76,7 +76,7 @@ func (env *e2bEnv) node(t *testing.T, script string, extra ...string) (string, e
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", script)
 	cmd.Dir = sdkDir
-	cmd.Env = append(os.Environ(), "E2B_API_URL="+env.url, "E2B_SANDBOX_URL="+env.url, "E2B_API_KEY="+env.key)
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+env.url, "E2B_SANDBOX_URL="+env.url, "E2B_API_KEY="+env.key, "SDKTEST_HOST_ROUTING=1")
 	cmd.Env = append(cmd.Env, extra...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
@@ -88,7 +88,8 @@ func (env *e2bEnv) node(t *testing.T, script string, extra ...string) (string, e
 // foreground (stdout, stderr, exit codes, CommandExitError), in the
 // background with a handle, stdin, kill, list and connect, streaming
 // callbacks; files write/read/list/exists/makeDir/rename/remove/getInfo,
-// text and binary, watchDir; setTimeout; list with paging; connect;
+// text and binary, watchDir; getHost to a server in the sandbox (by a
+// {port}-{id}.e2b.test host name); setTimeout; list with paging; connect;
 // kill and what follows; and runCode with state across calls, print
 // output, an error, a chart, a DataFrame and a JavaScript context. Each
 // step prints ok, skip or FAIL; a skip fails the run where

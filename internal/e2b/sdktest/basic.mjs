@@ -134,6 +134,16 @@ await step('files-write-binary', async () => {
   check(got.every((v, i) => v === binary[i]), 'bytes differ');
 });
 
+await step('files-write-gzip', async () => {
+  // envd 0.5.7: an octet-stream body, gzip-compressed by the SDK.
+  const text = 'compressed '.repeat(1000);
+  await sbx.files.write(`${dir}/z.txt`, text, { gzip: true });
+  eq(await sbx.files.read(`${dir}/z.txt`), text, 'read back');
+  await sbx.files.write(`${dir}/o.bin`, binary, { useOctetStream: true });
+  const got = await sbx.files.read(`${dir}/o.bin`, { format: 'bytes' });
+  check(got.length === binary.length && got.every((v, i) => v === binary[i]), 'octet-stream bytes differ');
+});
+
 await step('files-write-empty', async () => {
   await sbx.files.write(`${dir}/empty`, '');
   eq(await sbx.files.read(`${dir}/empty`), '', 'read back');
@@ -202,6 +212,39 @@ await step('files-remove', async () => {
   await sbx.files.remove(`${dir}/d1`);
   eq(await sbx.files.exists(`${dir}/d1`), false, 'exists after remove');
   eq(await sbx.files.exists(`${dir}/d1/c.txt`), false, 'child exists after remove');
+});
+
+await step('getHost', async () => {
+  // getHost is {port}-{id}.{domain}: it needs the server's wildcard
+  // domain (SDKTEST_HOST_ROUTING=1 says the daemon has one). The request
+  // goes to E2B_SANDBOX_URL's address with that Host, as a DNS entry for
+  // *.domain would send it, and carries the traffic token: sandbox ports
+  // are not public.
+  if (!process.env.SDKTEST_HOST_ROUTING) throw new Skip('the server has no wildcard domain (SDKTEST_HOST_ROUTING unset)');
+  await sbx.files.write('/tmp/www/hello.txt', 'hello from the sandbox');
+  const server = await sbx.commands.run('cd /tmp/www && exec python3 -m http.server 8000', { background: true, timeoutMs: 0 });
+  const host = sbx.getHost(8000);
+  check(host.startsWith(`8000-${sbx.sandboxId}.`), `getHost(8000) = ${host}`);
+  const { request } = await import('node:http');
+  const base = new URL(process.env.E2B_SANDBOX_URL);
+  const get = () => new Promise((resolve, reject) => {
+    const req = request({ host: base.hostname, port: base.port, path: '/hello.txt', headers: { Host: host, 'e2b-traffic-access-token': sbx.trafficAccessToken ?? '' } }, (res) => {
+      let body = '';
+      res.on('data', (c) => { body += c; });
+      res.on('end', () => resolve({ status: res.statusCode, body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+  let got;
+  for (let i = 0; i < 50; i++) {
+    got = await get();
+    if (got.status === 200) break;
+    await sleep(100);
+  }
+  eq(got.status, 200, `status (body ${JSON.stringify(got.body).slice(0, 200)})`);
+  eq(got.body, 'hello from the sandbox', 'body');
+  await server.kill();
 });
 
 await step('setTimeout', async () => {

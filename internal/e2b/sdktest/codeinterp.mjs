@@ -101,6 +101,19 @@ await step('javascript-context', async () => {
   eq(py.text, '1', 'python context untouched');
 });
 
+await step('contexts', async () => {
+  const ctx = await sbx.createCodeContext({ language: 'python', cwd: '/tmp' });
+  const listed = await sbx.listCodeContexts();
+  check(listed.some((c) => c.id === ctx.id), `listCodeContexts lacks ${ctx.id}: ${JSON.stringify(listed)}`);
+  await sbx.runCode('z = 5', { context: ctx });
+  await sbx.restartCodeContext(ctx);
+  const after = await sbx.runCode('z', { context: ctx });
+  eq(after.error?.name, 'NameError', 'a variable after the restart');
+  await sbx.removeCodeContext(ctx);
+  const left = await sbx.listCodeContexts();
+  check(!left.some((c) => c.id === ctx.id), `removed context still listed`);
+});
+
 await step('kill', async () => {
   eq(await sbx.kill(), true, 'kill()');
   sbx = undefined;
