@@ -55,9 +55,22 @@ type ExecRequest struct {
 	Background bool `json:"background,omitempty"`
 	// Tag names the process in the process list (at most 64 bytes).
 	Tag string `json:"tag,omitempty"`
-	// KeepStdin keeps the process's stdin open, after Stdin if given,
-	// for POST .../processes/{pid}/stdin (streamed exec only).
+	// KeepStdin keeps the process's stdin open for POST
+	// .../processes/{pid}/stdin (streamed exec only; not with Stdin,
+	// which input sent there could overtake).
 	KeepStdin bool `json:"keep_stdin,omitempty"`
+	// Pty runs the process on a terminal of this size (streamed exec
+	// only): its output, all of it on stdout, is the terminal's; its
+	// input goes through POST .../processes/{pid}/stdin (keep_stdin is
+	// implied) and POST .../processes/{pid}/resize resizes it.
+	Pty *PtySize `json:"pty,omitempty"`
+}
+
+// PtySize is a terminal's size, in a streamed exec and the body of POST
+// /v1/sandboxes/{id}/processes/{pid}/resize.
+type PtySize struct {
+	Cols int `json:"cols"`
+	Rows int `json:"rows"`
 }
 
 // ExecStart is the first line of a streamed exec, once the process has

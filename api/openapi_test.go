@@ -79,6 +79,7 @@ var wireTypes = []wireType{
 		typeOf[RunExit](), typeOf[StreamError]()),
 	object[Policy]("Policy", true),
 	object[ExecRequest]("ExecRequest", false),
+	object[PtySize]("PtySize", false),
 	object[ExecResult]("ExecResult", true),
 	lines[ExecStreamLine]("ExecStreamLine", typeOf[ExecStart](), typeOf[OutputLine](), typeOf[ExecExit](), typeOf[StreamError]()),
 	lines[WatchStreamLine]("WatchStreamLine", typeOf[WatchStart](), typeOf[WatchEvent](), typeOf[StreamError]()),

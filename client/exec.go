@@ -39,13 +39,20 @@ type ExecRequest struct {
 	Background bool
 	// Tag names the process in the process list.
 	Tag string
-	// KeepStdin keeps stdin open, after Stdin, for SendProcessInput.
-	// ExecStream only.
+	// KeepStdin keeps stdin open for SendProcessInput (ExecStream only;
+	// not with Stdin).
 	KeepStdin bool
 	// OnStart, if set, is called by ExecStream with the process's pid
 	// once it has started, before any output.
 	OnStart func(pid int)
+	// Pty runs the process on a terminal of this size (ExecStream
+	// only): all its output arrives as Stdout; SendProcessInput types
+	// on it and ResizeProcess resizes it.
+	Pty *PtySize
 }
+
+// PtySize is a terminal's size.
+type PtySize = api.PtySize
 
 // Exec statuses.
 const (
@@ -125,6 +132,7 @@ func (req *ExecRequest) body() (api.ExecRequest, error) {
 		Background: req.Background,
 		Tag:        req.Tag,
 		KeepStdin:  req.KeepStdin,
+		Pty:        req.Pty,
 	}
 	if req.Stdin != nil {
 		if utf8.Valid(req.Stdin) {

@@ -142,3 +142,15 @@ func (c *Client) SendProcessInput(ctx context.Context, id string, pid int, data 
 	}
 	return c.doJSON(ctx, http.MethodPost, sandboxPath(id, "/processes/"+strconv.Itoa(pid)+"/stdin"), nil, in, nil, http.StatusNoContent)
 }
+
+// ResizeProcess sets the terminal size of process pid of sandbox id,
+// started by ExecStream with Pty.
+func (c *Client) ResizeProcess(ctx context.Context, id string, pid, cols, rows int) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if pid < 1 {
+		return fmt.Errorf("airlock: pid %d is not valid: %w", pid, ErrInvalid)
+	}
+	return c.doJSON(ctx, http.MethodPost, sandboxPath(id, "/processes/"+strconv.Itoa(pid)+"/resize"), nil, api.PtySize{Cols: cols, Rows: rows}, nil, http.StatusNoContent)
+}

@@ -507,6 +507,7 @@ func (h *Handler) routes() []route {
 		{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", auth.ScopeExec, ActionProcessSignal, h.signalProcess},
 		{"GET", "/v1/sandboxes/{id}/processes/{pid}/output", auth.ScopeExec, "", h.processOutput},
 		{"POST", "/v1/sandboxes/{id}/processes/{pid}/stdin", auth.ScopeExec, ActionProcessStdin, h.processStdin},
+		{"POST", "/v1/sandboxes/{id}/processes/{pid}/resize", auth.ScopeExec, "", h.resizeProcess},
 		{"POST", "/v1/sandboxes/{id}/ports/{port}", auth.ScopeExec, ActionPortURL, h.createPortURL},
 		{"GET", portProxyPath, auth.ScopeExec, "", h.proxyPort},
 		{"POST", portProxyPath, auth.ScopeExec, "", h.proxyPort},

@@ -104,6 +104,14 @@ func (req *execRequest) agentRequest(lim Limits) (agentclient.ExecRequest, error
 		return out, &apiError{status: http.StatusRequestEntityTooLarge, code: CodeRequestTooLarge,
 			msg: fmt.Sprintf("stdin is %d bytes, more than the limit of %d bytes; upload larger input as a file (PUT /v1/sandboxes/{id}/files) and read it from there", len(stdin), lim.MaxStdinBytes)}
 	}
+	var pty *agentclient.PtySize
+	if req.Pty != nil {
+		size, err := ptySize(*req.Pty)
+		if err != nil {
+			return out, err
+		}
+		pty = &size
+	}
 	if len(req.Tag) > maxTagBytes || strings.IndexByte(req.Tag, 0) >= 0 || !utf8.ValidString(req.Tag) {
 		return out, invalidf("tag must be UTF-8 of at most %d bytes without NUL bytes", maxTagBytes)
 	}
@@ -116,11 +124,20 @@ func (req *execRequest) agentRequest(lim Limits) (agentclient.ExecRequest, error
 		Timeout:    timeout,
 		Tag:        req.Tag,
 		Background: req.Background,
+		Pty:        pty,
 	}
 	if hasStdin {
 		out.Stdin = bytes.NewReader(stdin)
 	}
 	return out, nil
+}
+
+// ptySize checks a terminal size: 1 to maxPTYDim each way.
+func ptySize(s wire.PtySize) (agentclient.PtySize, error) {
+	if s.Cols < 1 || s.Cols > maxPTYDim || s.Rows < 1 || s.Rows > maxPTYDim {
+		return agentclient.PtySize{}, invalidf("pty cols and rows must be integers from 1 to %d", maxPTYDim)
+	}
+	return agentclient.PtySize{Cols: uint16(s.Cols), Rows: uint16(s.Rows)}, nil
 }
 
 // size is about what the decoded request holds while its exec runs: its
@@ -163,6 +180,9 @@ func (req *execRequest) auditDetails() map[string]any {
 	}
 	if req.Tag != "" {
 		d["tag"] = req.Tag
+	}
+	if req.Pty != nil {
+		d["pty"] = true
 	}
 	if stdin, ok := req.stdin(); ok {
 		addStdinDetails(d, stdin)
@@ -265,8 +285,12 @@ func (h *Handler) exec(c *call) error {
 		return err
 	}
 	stream := wantsNDJSON(c.r)
-	if !stream && (req.Background || req.KeepStdin) {
-		return invalidf("background and keep_stdin need a streamed exec (Accept: %s)", ndjsonType)
+	if !stream && (req.Background || req.KeepStdin || req.Pty != nil) {
+		return invalidf("background, keep_stdin and pty need a streamed exec (Accept: %s)", ndjsonType)
+	}
+	if _, has := req.stdin(); has && (req.KeepStdin || req.Pty != nil) {
+		// Input sent to the route could overtake it.
+		return invalidf("give the first input of a process with keep_stdin or pty through POST .../processes/{pid}/stdin, not stdin")
 	}
 	cost := h.execCost()
 	if stream {
@@ -283,7 +307,7 @@ func (h *Handler) exec(c *call) error {
 	ctx, cancel := context.WithTimeout(c.r.Context(), areq.Timeout+execGrace)
 	defer cancel()
 	if stream {
-		return h.execStream(ctx, c, sb.ID, areq, req.KeepStdin)
+		return h.execStream(ctx, c, sb.ID, areq, req.KeepStdin || req.Pty != nil)
 	}
 	stdout := &capBuffer{max: h.lim.MaxOutputBytes}
 	stderr := &capBuffer{max: h.lim.MaxOutputBytes}

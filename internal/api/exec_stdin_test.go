@@ -29,7 +29,7 @@ func TestExecStartAndStdin(t *testing.T) {
 	var res *client.ExecResult
 	go func() {
 		var err error
-		res, err = c.ExecStream(ctx, sb.ID, client.ExecRequest{Cmd: []string{"cat"}, KeepStdin: true, Stdin: []byte("first "),
+		res, err = c.ExecStream(ctx, sb.ID, client.ExecRequest{Cmd: []string{"cat"}, KeepStdin: true,
 			OnStart: func(pid int) { pidc <- pid }}, func(s client.Stream, b []byte) error {
 			mu.Lock()
 			out.Write(b)
@@ -43,6 +43,9 @@ func TestExecStartAndStdin(t *testing.T) {
 		t.Fatalf("start pid %d", pid)
 	}
 	e.audit.take()
+	if err := c.SendProcessInput(ctx, sb.ID, pid, []byte("first "), false); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.SendProcessInput(ctx, sb.ID, pid, []byte("second"), false); err != nil {
 		t.Fatal(err)
 	}
@@ -61,8 +64,8 @@ func TestExecStartAndStdin(t *testing.T) {
 			}
 		}
 	}
-	if recs != 2 {
-		t.Errorf("%d process.stdin records, want 2", recs)
+	if recs != 3 {
+		t.Errorf("%d process.stdin records, want 3", recs)
 	}
 	// The process has ended: its stdin is gone.
 	if err := c.SendProcessInput(ctx, sb.ID, pid, []byte("x"), false); err == nil {
@@ -101,6 +104,9 @@ func TestExecStartAndStdin(t *testing.T) {
 			t.Errorf("buffered exec %+v: %v", req, err)
 		}
 	}
+	if _, err := c.ExecStream(ctx, sb.ID, client.ExecRequest{Command: "cat", KeepStdin: true, Stdin: []byte("x")}, nil); !errors.Is(err, client.ErrInvalid) {
+		t.Errorf("stdin with keep_stdin: %v", err)
+	}
 }
 
 func stringify(m map[string]any) string {
@@ -114,4 +120,64 @@ func stringify(m map[string]any) string {
 		b.WriteString(";")
 	}
 	return b.String()
+}
+
+// TestExecPty: a streamed exec on a terminal gets its size, reads what
+// POST .../stdin types and sees POST .../resize; the buffered exec and a
+// size out of range are refused.
+func TestExecPty(t *testing.T) {
+	ctx := context.Background()
+	e := newTestEnv(t)
+	c := e.client(keyA)
+	sb := e.sandbox(ctx)
+	var mu sync.Mutex
+	var out strings.Builder
+	seen := func(s string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Contains(out.String(), s)
+	}
+	pidc := make(chan int, 1)
+	done := make(chan error, 1)
+	var res *client.ExecResult
+	go func() {
+		var err error
+		res, err = c.ExecStream(ctx, sb.ID, client.ExecRequest{Cmd: []string{"sh"}, Pty: &client.PtySize{Cols: 81, Rows: 23},
+			OnStart: func(pid int) { pidc <- pid }}, func(s client.Stream, b []byte) error {
+			mu.Lock()
+			out.Write(b)
+			mu.Unlock()
+			return nil
+		})
+		done <- err
+	}()
+	pid := <-pidc
+	wait := func(s string) {
+		t.Helper()
+		for i := 0; !seen(s); i++ {
+			if i > 100 {
+				t.Fatalf("no %q in the terminal's output %q", s, out.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if err := c.SendProcessInput(ctx, sb.ID, pid, []byte("stty size\n"), false); err != nil {
+		t.Fatal(err)
+	}
+	wait("23 81")
+	if err := c.ResizeProcess(ctx, sb.ID, pid, 120, 40); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SendProcessInput(ctx, sb.ID, pid, []byte("stty size; exit 3\n"), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil || res.ExitCode != 3 || !seen("40 120") {
+		t.Fatalf("pty exec: %v %+v, output %q", err, res, out.String())
+	}
+	if err := c.ResizeProcess(ctx, sb.ID, pid, 0, 10); !errors.Is(err, client.ErrInvalid) {
+		t.Errorf("a size of 0: %v", err)
+	}
+	if _, err := c.Exec(ctx, sb.ID, client.ExecRequest{Command: "true", Pty: &client.PtySize{Cols: 80, Rows: 24}}); !errors.Is(err, client.ErrInvalid) {
+		t.Errorf("buffered exec with pty: %v", err)
+	}
 }

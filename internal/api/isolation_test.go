@@ -75,6 +75,7 @@ var routeRequests = map[string]routeRequest{
 	"POST /v1/sandboxes/{id}/processes/{pid}/signal":    {body: `{"signal":"KILL"}`},
 	"GET /v1/sandboxes/{id}/processes/{pid}/output":     {},
 	"POST /v1/sandboxes/{id}/processes/{pid}/stdin":     {body: `{"data":"x"}`},
+	"POST /v1/sandboxes/{id}/processes/{pid}/resize":    {body: `{"cols":100,"rows":30}`},
 	"GET /v1/audit":                                     {},
 	"POST /v1/audit/verify":                             {},
 	"GET /v1/audit/checkpoint":                          {},

@@ -225,6 +225,32 @@ func (h *Handler) processStdin(c *call) error {
 	return nil
 }
 
+// resizeProcess serves POST /v1/sandboxes/{id}/processes/{pid}/resize:
+// the new size of the terminal of a process started with pty.
+func (h *Handler) resizeProcess(c *call) error {
+	sb, err := c.agentSandbox()
+	if err != nil {
+		return err
+	}
+	pid, err := c.pathPID()
+	if err != nil {
+		return err
+	}
+	var req wire.PtySize
+	if err := c.decodeJSON(&req, false); err != nil {
+		return err
+	}
+	size, err := ptySize(req)
+	if err != nil {
+		return err
+	}
+	if err := h.mgr.ResizeProcess(c.r.Context(), sb.ID, pid, size); err != nil {
+		return err
+	}
+	c.w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
 // killAllProcesses serves POST /v1/sandboxes/{id}/processes/kill.
 func (h *Handler) killAllProcesses(c *call) error {
 	sb, err := c.agentSandbox()

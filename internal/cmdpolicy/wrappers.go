@@ -335,6 +335,8 @@ func (j *judge) wrapper(name string, w wrapper, words []string, open bool, redir
 	}
 	_, argv := p.last(w.argvOpts)
 	switch w.runs {
+	case runsArgv:
+		// The command words are the command: judged below.
 	case runsShell:
 		if argv {
 			return j.userCommand(name, p, open, redirs, depth)

@@ -137,6 +137,7 @@ type events struct {
 	mu   sync.Mutex
 	send func(*envdpb.ProcessEvent) error
 	err  error
+	pty  bool // the output is a terminal's
 }
 
 func (e *events) emit(ev *envdpb.ProcessEvent) error {
@@ -150,7 +151,9 @@ func (e *events) emit(ev *envdpb.ProcessEvent) error {
 
 func (e *events) output(s client.Stream, b []byte) error {
 	data := &envdpb.ProcessEvent_DataEvent{}
-	if s == client.Stderr {
+	if e.pty {
+		data.Output = &envdpb.ProcessEvent_DataEvent_Pty{Pty: b}
+	} else if s == client.Stderr {
 		data.Output = &envdpb.ProcessEvent_DataEvent_Stderr{Stderr: b}
 	} else {
 		data.Output = &envdpb.ProcessEvent_DataEvent_Stdout{Stdout: b}
@@ -222,9 +225,6 @@ func (envd) Start(ctx context.Context, req *connect.Request[envdpb.StartRequest]
 	if cfg == nil || cfg.GetCmd() == "" {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is required"))
 	}
-	if req.Msg.GetPty() != nil {
-		return connect.NewError(connect.CodeUnimplemented, errors.New("PTY processes are not supported by this server yet; use Airlock's terminal (GET /v1/sandboxes/{id}/pty)"))
-	}
 	timeout := maxProcessTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = max(time.Until(dl), time.Second)
@@ -234,6 +234,14 @@ func (envd) Start(ctx context.Context, req *connect.Request[envdpb.StartRequest]
 		Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), User: cl.user,
 		Timeout: timeout, Background: true, Tag: req.Msg.GetTag(), KeepStdin: req.Msg.GetStdin(),
 		OnStart: func(pid int) { _ = ev.start(pid) },
+	}
+	if pty := req.Msg.GetPty(); pty != nil {
+		size := pty.GetSize()
+		ereq.Pty = &client.PtySize{Cols: int(size.GetCols()), Rows: int(size.GetRows())}
+		if ereq.Pty.Cols == 0 || ereq.Pty.Rows == 0 {
+			ereq.Pty.Cols, ereq.Pty.Rows = 80, 24
+		}
+		ev.pty = true
 	}
 	return runEvents(cl, ev, keepalive(req.Header()), func(ctx context.Context) (*client.ExecResult, error) {
 		return cl.c.ExecStream(ctx, cl.id, ereq, ev.output)
@@ -326,10 +334,11 @@ func (envd) SendInput(ctx context.Context, req *connect.Request[envdpb.SendInput
 		return nil, err
 	}
 	in := req.Msg.GetInput()
+	data := in.GetStdin()
 	if in.GetPty() != nil {
-		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("PTY input is not supported by this server yet"))
+		data = in.GetPty() // a terminal's input goes to its stdin
 	}
-	if err := cl.c.SendProcessInput(ctx, cl.id, pid, in.GetStdin(), false); err != nil {
+	if err := cl.c.SendProcessInput(ctx, cl.id, pid, data, false); err != nil {
 		return nil, cl.fail(err)
 	}
 	return connect.NewResponse(&envdpb.SendInputResponse{}), nil
@@ -352,7 +361,12 @@ func (envd) StreamInput(ctx context.Context, stream *connect.ClientStream[envdpb
 			if pid == 0 {
 				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("the stream's first message must name the process"))
 			}
-			if err := cl.c.SendProcessInput(ctx, cl.id, pid, msg.GetData().GetInput().GetStdin(), false); err != nil {
+			in := msg.GetData().GetInput()
+			data := in.GetStdin()
+			if in.GetPty() != nil {
+				data = in.GetPty()
+			}
+			if err := cl.c.SendProcessInput(ctx, cl.id, pid, data, false); err != nil {
 				return nil, cl.fail(err)
 			}
 		}
@@ -397,9 +411,21 @@ func (envd) SendSignal(ctx context.Context, req *connect.Request[envdpb.SendSign
 	return connect.NewResponse(&envdpb.SendSignalResponse{}), nil
 }
 
-// Update would resize a PTY, which this server does not run yet.
+// Update resizes a process's terminal.
 func (envd) Update(ctx context.Context, req *connect.Request[envdpb.UpdateRequest]) (*connect.Response[envdpb.UpdateResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("PTY processes are not supported by this server yet"))
+	cl := callOf(ctx)
+	pid, err := resolvePID(ctx, cl, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	size := req.Msg.GetPty().GetSize()
+	if size == nil {
+		return connect.NewResponse(&envdpb.UpdateResponse{}), nil // nothing to change
+	}
+	if err := cl.c.ResizeProcess(ctx, cl.id, pid, int(size.GetCols()), int(size.GetRows())); err != nil {
+		return nil, cl.fail(err)
+	}
+	return connect.NewResponse(&envdpb.UpdateResponse{}), nil
 }
 
 // ---- filesystem.Filesystem ----

@@ -98,6 +98,16 @@ func (m *Manager) SendProcessInput(ctx context.Context, id string, pid int, data
 	return nil
 }
 
+// ResizeProcess sets the terminal size of process pid of sandbox id.
+func (m *Manager) ResizeProcess(ctx context.Context, id string, pid int, size agentclient.PtySize) error {
+	rec, done, err := m.acquire(id)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return rec.client.Resize(ctx, pid, size)
+}
+
 // ListProcesses returns the running processes of sandbox id that the
 // agent started, ordered by pid (see agentclient.Client.List).
 func (m *Manager) ListProcesses(ctx context.Context, id string) ([]agentclient.ProcessInfo, error) {

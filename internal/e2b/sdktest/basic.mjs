@@ -119,6 +119,23 @@ await step('commands-connect', async () => {
 const binary = new Uint8Array(256);
 for (let i = 0; i < binary.length; i++) binary[i] = i;
 
+await step('pty', async () => {
+  let out = '';
+  const dec = new TextDecoder();
+  const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d); }, timeoutMs: 60_000 });
+  check(term.pid > 0, `pid ${term.pid}`);
+  await sbx.pty.sendInput(term.pid, new TextEncoder().encode('echo pty-$((40+2)); stty size\n'));
+  for (let i = 0; !out.includes('pty-42') || !out.includes('24 80'); i++) {
+    check(i < 100, `no echo from the terminal: ${JSON.stringify(out.slice(-400))}`);
+    await sleep(100);
+  }
+  await sbx.pty.resize(term.pid, { cols: 100, rows: 30 });
+  await sbx.pty.sendInput(term.pid, new TextEncoder().encode('stty size; exit 7\n'));
+  const r = await term.wait().catch((e) => e);
+  check(out.includes('30 100'), `the resize did not reach the terminal: ${JSON.stringify(out.slice(-400))}`);
+  eq(r.exitCode, 7, 'exit code of the shell');
+});
+
 await step('files-write-text', async () => {
   const info = await sbx.files.write(`${dir}/a.txt`, 'hello text');
   eq(info.path, `${dir}/a.txt`, 'path');
