@@ -2,14 +2,12 @@ package api
 
 import (
 	"context"
-	"net"
 	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/client"
-	"github.com/airlock-sandbox/airlock/internal/errdefs"
-	"github.com/airlock-sandbox/airlock/internal/runtime"
+	"github.com/airlock-sandbox/airlock/internal/runtime/runtimefake"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
 
@@ -30,7 +28,7 @@ func TestRequestsWaitForAdoption(t *testing.T) {
 			t.Fatal(err)
 		}
 		gate := make(chan struct{})
-		m, err := sandbox.New(gatedRuntime{e.rt, gate}, e.reg, sandbox.Config{StateDir: e.stateDir, HealthInterval: -1}, nil)
+		m, err := sandbox.New(runtimefake.Gated(e.rt, gate), e.reg, sandbox.Config{StateDir: e.stateDir, HealthInterval: -1}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,31 +77,3 @@ func TestRequestsWaitForAdoption(t *testing.T) {
 	}
 }
 
-// gatedRuntime wraps the fake runtime: the instances it recovers answer
-// only once gate is closed, as a starved agent would (alive, but slow).
-type gatedRuntime struct {
-	runtime.Runtime
-	gate chan struct{}
-}
-
-func (g gatedRuntime) Recover(ctx context.Context) ([]runtime.Instance, error) {
-	insts, err := g.Runtime.Recover(ctx)
-	for i, inst := range insts {
-		insts[i] = gatedInstance{inst, g.gate}
-	}
-	return insts, err
-}
-
-type gatedInstance struct {
-	runtime.Instance
-	gate chan struct{}
-}
-
-func (g gatedInstance) Dial(ctx context.Context) (net.Conn, error) {
-	select {
-	case <-g.gate:
-		return g.Instance.Dial(ctx)
-	case <-ctx.Done():
-		return nil, errdefs.ErrTimeout
-	}
-}

@@ -34,6 +34,7 @@ type newSandbox struct {
 	Metadata            map[string]string       `json:"metadata"`
 	EnvVars             map[string]string       `json:"envVars"`
 	MCP                 json.RawMessage         `json:"mcp"`
+	IAM                 json.RawMessage         `json:"iam"`
 	VolumeMounts        json.RawMessage         `json:"volumeMounts"`
 }
 
@@ -161,6 +162,8 @@ func (h *Handler) createRequest(req *newSandbox) (client.CreateSandboxRequest, e
 		return out, invalid("volumeMounts are not supported by this server")
 	case len(req.MCP) > 0 && string(req.MCP) != "null" && string(req.MCP) != "{}":
 		return out, invalid("mcp is not supported by this server; use Airlock's tool gateway")
+	case len(req.IAM) > 0 && string(req.IAM) != "null" && string(req.IAM) != "{}":
+		return out, invalid("iam is not supported by this server; use Airlock's network credentials and tool gateway for credentials")
 	}
 	if !e2bTemplates[req.TemplateID] {
 		out.Template = req.TemplateID
@@ -311,14 +314,11 @@ func (h *Handler) listSandboxes(w http.ResponseWriter, r *http.Request, c *clien
 	q := r.URL.Query()
 	opts := client.ListOptions{States: []client.State{client.StateRunning}}
 	if md := q.Get("metadata"); md != "" {
-		pairs, err := url.ParseQuery(md)
+		m, err := metadataFilter(md)
 		if err != nil {
-			return invalid("metadata must be key=value pairs joined by &, URL-encoded")
+			return err
 		}
-		opts.Metadata = map[string]string{}
-		for k, v := range pairs {
-			opts.Metadata[k] = v[len(v)-1]
-		}
+		opts.Metadata = m
 	}
 	wantRunning := true
 	if s := q.Get("state"); s != "" {
@@ -333,6 +333,23 @@ func (h *Handler) listSandboxes(w http.ResponseWriter, r *http.Request, c *clien
 			}
 		}
 	}
+	var after time.Time
+	if s := q.Get("startedAfter"); s != "" {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return invalid("startedAfter must be an RFC 3339 time")
+		}
+		after = t
+	}
+	desc := false
+	switch q.Get("order") {
+	case "", "asc":
+	case "desc":
+		desc = true
+	default:
+		return invalid("order must be asc or desc")
+	}
+	template := q.Get("template")
 	limit := maxListLimit
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
@@ -341,13 +358,13 @@ func (h *Handler) listSandboxes(w http.ResponseWriter, r *http.Request, c *clien
 		}
 		limit = n
 	}
-	after := ""
+	from := ""
 	if tok := q.Get("nextToken"); tok != "" {
 		b, err := base64.RawURLEncoding.DecodeString(tok)
 		if err != nil {
 			return invalid("nextToken is not a token this server gave")
 		}
-		after = string(b)
+		from = string(b)
 	}
 	out := []listedSandbox{}
 	if wantRunning {
@@ -355,14 +372,21 @@ func (h *Handler) listSandboxes(w http.ResponseWriter, r *http.Request, c *clien
 		if err != nil {
 			return err
 		}
+		sbs = slices.DeleteFunc(sbs, func(sb client.Sandbox) bool {
+			return !after.IsZero() && !sb.CreatedAt.After(after) || template != "" && sb.Template != template && !(e2bTemplates[template] && sb.Template == h.cfg.DefaultTemplate)
+		})
 		slices.SortFunc(sbs, func(a, b client.Sandbox) int {
-			return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+			c := cmp.Compare(cursor(&a), cursor(&b))
+			if desc {
+				c = -c
+			}
+			return c
 		})
 		start := 0
-		if after != "" {
+		if from != "" {
 			start = len(sbs)
 			for i, sb := range sbs {
-				if cursor(&sb) > after {
+				if c := cursor(&sb); !desc && c > from || desc && c < from {
 					start = i
 					break
 				}
@@ -377,6 +401,36 @@ func (h *Handler) listSandboxes(w http.ResponseWriter, r *http.Request, c *clien
 		w.Header().Set("X-Total-Running", strconv.Itoa(len(sbs)))
 	}
 	return writeJSONOK(w, http.StatusOK, out)
+}
+
+// metadataFilter parses E2B's metadata filter as E2B's API does: the
+// parameter's value (already decoded once) is unescaped again, split
+// into key=value pairs on & and =, and each key and value unescaped
+// once more (the SDKs encode each pair, then the whole).
+func metadataFilter(v string) (map[string]string, error) {
+	bad := invalid("metadata must be key=value pairs joined by &, URL-encoded")
+	whole, err := url.QueryUnescape(v)
+	if err != nil {
+		return nil, bad
+	}
+	out := map[string]string{}
+	for _, pair := range strings.Split(whole, "&") {
+		if pair == "" {
+			continue
+		}
+		k, val, ok := strings.Cut(pair, "=")
+		if !ok {
+			return nil, bad
+		}
+		if k, err = url.QueryUnescape(k); err != nil {
+			return nil, bad
+		}
+		if val, err = url.QueryUnescape(val); err != nil {
+			return nil, bad
+		}
+		out[k] = val
+	}
+	return out, nil
 }
 
 // cursor orders sandboxes as a list does: by creation, then ID.
@@ -481,6 +535,14 @@ func (h *Handler) connectSandbox(w http.ResponseWriter, r *http.Request, c *clie
 	}
 	key, _ := airlockKey(r)
 	return writeJSONOK(w, http.StatusOK, h.sandboxJSON(sb, "", key))
+}
+
+// notServed answers the control-plane routes of E2B's API this server
+// does not serve (metrics, network updates, snapshots, fork, templates,
+// volumes, ...): 501 in E2B's shape, never a bare 404, which the Python
+// SDK would read as "sandbox not found".
+func (h *Handler) notServed(w http.ResponseWriter, r *http.Request, c *client.Client) error {
+	return fmt.Errorf("%s %s is not supported by this server: %w", r.Method, clip(r.URL.Path), client.ErrNotSupported)
 }
 
 // pauseSandbox serves POST /sandboxes/{id}/pause, which this server

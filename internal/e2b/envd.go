@@ -35,6 +35,7 @@ const (
 // is the process's lifetime, not the stream's).
 type call struct {
 	c    *client.Client
+	key  string // the caller's Airlock key
 	id   string
 	user string
 	base context.Context
@@ -45,20 +46,22 @@ type callKey struct{}
 func callOf(ctx context.Context) *call { return ctx.Value(callKey{}).(*call) }
 
 // envd implements envd's process.Process and filesystem.Filesystem
-// services on Airlock's API.
-type envd struct{}
+// services on Airlock's API. Its only state is the polled watchers.
+type envd struct {
+	watchers *watchers
+}
 
 var (
-	_ envdpbconnect.ProcessHandler    = envd{}
-	_ envdpbconnect.FilesystemHandler = envd{}
+	_ envdpbconnect.ProcessHandler    = (*envd)(nil)
+	_ envdpbconnect.FilesystemHandler = (*envd)(nil)
 )
 
 // connectHandlers are the services' HTTP handlers, by path prefix.
-func connectHandlers() *http.ServeMux {
+func connectHandlers(e *envd) *http.ServeMux {
 	mux := http.NewServeMux()
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(8 << 20)}
-	mux.Handle(envdpbconnect.NewProcessHandler(envd{}, opts...))
-	mux.Handle(envdpbconnect.NewFilesystemHandler(envd{}, opts...))
+	mux.Handle(envdpbconnect.NewProcessHandler(e, opts...))
+	mux.Handle(envdpbconnect.NewFilesystemHandler(e, opts...))
 	return mux
 }
 
@@ -71,7 +74,8 @@ func (h *Handler) serveConnect(w http.ResponseWriter, r *http.Request, c *client
 		envdError(w, http.StatusUnauthorized, fmt.Sprintf("user %q does not exist in this sandbox (user or root)", clip(u)))
 		return
 	}
-	cl := &call{c: c, id: id, user: u, base: r.Context()}
+	key, _ := airlockKey(r)
+	cl := &call{c: c, key: key, id: id, user: u, base: r.Context()}
 	h.connect.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callKey{}, cl)))
 }
 
@@ -219,7 +223,7 @@ func signalName(sig int) string {
 
 // Start runs a command: Connect-Timeout-Ms (the call's deadline) is its
 // lifetime, as envd has it; it runs on when the stream ends first.
-func (envd) Start(ctx context.Context, req *connect.Request[envdpb.StartRequest], stream *connect.ServerStream[envdpb.StartResponse]) error {
+func (*envd) Start(ctx context.Context, req *connect.Request[envdpb.StartRequest], stream *connect.ServerStream[envdpb.StartResponse]) error {
 	cl := callOf(ctx)
 	cfg := req.Msg.GetProcess()
 	if cfg == nil || cfg.GetCmd() == "" {
@@ -265,7 +269,7 @@ func runEvents(cl *call, ev *events, every time.Duration, fn func(context.Contex
 
 // Connect follows a running process: its start event (the pid), its
 // output from now on, its end.
-func (envd) Connect(ctx context.Context, req *connect.Request[envdpb.ConnectRequest], stream *connect.ServerStream[envdpb.ConnectResponse]) error {
+func (*envd) Connect(ctx context.Context, req *connect.Request[envdpb.ConnectRequest], stream *connect.ServerStream[envdpb.ConnectResponse]) error {
 	cl := callOf(ctx)
 	pid, err := resolvePID(ctx, cl, req.Msg.GetProcess())
 	if err != nil {
@@ -305,7 +309,7 @@ func resolvePID(ctx context.Context, cl *call, sel *envdpb.ProcessSelector) (int
 }
 
 // List returns the running processes started through the API.
-func (envd) List(ctx context.Context, req *connect.Request[envdpb.ListRequest]) (*connect.Response[envdpb.ListResponse], error) {
+func (*envd) List(ctx context.Context, req *connect.Request[envdpb.ListRequest]) (*connect.Response[envdpb.ListResponse], error) {
 	cl := callOf(ctx)
 	list, err := cl.c.ListProcesses(ctx, cl.id)
 	if err != nil {
@@ -327,7 +331,7 @@ func (envd) List(ctx context.Context, req *connect.Request[envdpb.ListRequest]) 
 }
 
 // SendInput writes to a process's stdin.
-func (envd) SendInput(ctx context.Context, req *connect.Request[envdpb.SendInputRequest]) (*connect.Response[envdpb.SendInputResponse], error) {
+func (*envd) SendInput(ctx context.Context, req *connect.Request[envdpb.SendInputRequest]) (*connect.Response[envdpb.SendInputResponse], error) {
 	cl := callOf(ctx)
 	pid, err := resolvePID(ctx, cl, req.Msg.GetProcess())
 	if err != nil {
@@ -345,7 +349,7 @@ func (envd) SendInput(ctx context.Context, req *connect.Request[envdpb.SendInput
 }
 
 // StreamInput writes a client stream of input to one process.
-func (envd) StreamInput(ctx context.Context, stream *connect.ClientStream[envdpb.StreamInputRequest]) (*connect.Response[envdpb.StreamInputResponse], error) {
+func (*envd) StreamInput(ctx context.Context, stream *connect.ClientStream[envdpb.StreamInputRequest]) (*connect.Response[envdpb.StreamInputResponse], error) {
 	cl := callOf(ctx)
 	pid := 0
 	for stream.Receive() {
@@ -378,7 +382,7 @@ func (envd) StreamInput(ctx context.Context, stream *connect.ClientStream[envdpb
 }
 
 // CloseStdin closes a process's stdin.
-func (envd) CloseStdin(ctx context.Context, req *connect.Request[envdpb.CloseStdinRequest]) (*connect.Response[envdpb.CloseStdinResponse], error) {
+func (*envd) CloseStdin(ctx context.Context, req *connect.Request[envdpb.CloseStdinRequest]) (*connect.Response[envdpb.CloseStdinResponse], error) {
 	cl := callOf(ctx)
 	pid, err := resolvePID(ctx, cl, req.Msg.GetProcess())
 	if err != nil {
@@ -391,7 +395,7 @@ func (envd) CloseStdin(ctx context.Context, req *connect.Request[envdpb.CloseStd
 }
 
 // SendSignal sends SIGTERM or SIGKILL.
-func (envd) SendSignal(ctx context.Context, req *connect.Request[envdpb.SendSignalRequest]) (*connect.Response[envdpb.SendSignalResponse], error) {
+func (*envd) SendSignal(ctx context.Context, req *connect.Request[envdpb.SendSignalRequest]) (*connect.Response[envdpb.SendSignalResponse], error) {
 	cl := callOf(ctx)
 	pid, err := resolvePID(ctx, cl, req.Msg.GetProcess())
 	if err != nil {
@@ -412,7 +416,7 @@ func (envd) SendSignal(ctx context.Context, req *connect.Request[envdpb.SendSign
 }
 
 // Update resizes a process's terminal.
-func (envd) Update(ctx context.Context, req *connect.Request[envdpb.UpdateRequest]) (*connect.Response[envdpb.UpdateResponse], error) {
+func (*envd) Update(ctx context.Context, req *connect.Request[envdpb.UpdateRequest]) (*connect.Response[envdpb.UpdateResponse], error) {
 	cl := callOf(ctx)
 	pid, err := resolvePID(ctx, cl, req.Msg.GetProcess())
 	if err != nil {
@@ -465,18 +469,37 @@ func ownerName(id uint32) string {
 	return strconv.Itoa(int(id))
 }
 
-func (envd) Stat(ctx context.Context, req *connect.Request[envdpb.StatRequest]) (*connect.Response[envdpb.StatResponse], error) {
+// legacySDK reports an SDK that cannot decode fields newer than envd's
+// first (e2b's Python SDK up to 1.5.2, User-Agent connect-python): it
+// gets entries with name, type and path only, as envd gives it.
+func legacySDK(h http.Header) bool { return h.Get("User-Agent") == "connect-python" }
+
+// legacyEntries strips entries to what a legacy SDK reads, and marks
+// the response as envd does.
+func legacyEntries(req http.Header, resp http.Header, entries ...*envdpb.EntryInfo) {
+	if !legacySDK(req) {
+		return
+	}
+	for _, e := range entries {
+		*e = envdpb.EntryInfo{Name: e.GetName(), Type: e.GetType(), Path: e.GetPath()}
+	}
+	resp.Set("X-E2b-Legacy-Sdk", "true")
+}
+
+func (*envd) Stat(ctx context.Context, req *connect.Request[envdpb.StatRequest]) (*connect.Response[envdpb.StatResponse], error) {
 	cl := callOf(ctx)
 	fi, err := cl.c.StatFile(ctx, cl.id, req.Msg.GetPath(), fileOpt(cl))
 	if err != nil {
 		return nil, cl.fail(err)
 	}
-	return connect.NewResponse(&envdpb.StatResponse{Entry: entryInfo(fi)}), nil
+	resp := connect.NewResponse(&envdpb.StatResponse{Entry: entryInfo(fi)})
+	legacyEntries(req.Header(), resp.Header(), resp.Msg.Entry)
+	return resp, nil
 }
 
 // MakeDir creates a directory and its parents; one that exists is
 // already_exists, which the SDKs read as false.
-func (envd) MakeDir(ctx context.Context, req *connect.Request[envdpb.MakeDirRequest]) (*connect.Response[envdpb.MakeDirResponse], error) {
+func (*envd) MakeDir(ctx context.Context, req *connect.Request[envdpb.MakeDirRequest]) (*connect.Response[envdpb.MakeDirResponse], error) {
 	cl := callOf(ctx)
 	p := req.Msg.GetPath()
 	if fi, err := cl.c.StatFile(ctx, cl.id, p, fileOpt(cl)); err == nil {
@@ -488,20 +511,24 @@ func (envd) MakeDir(ctx context.Context, req *connect.Request[envdpb.MakeDirRequ
 	if err != nil {
 		return nil, cl.fail(err)
 	}
-	return connect.NewResponse(&envdpb.MakeDirResponse{Entry: entryInfo(fi)}), nil
+	resp := connect.NewResponse(&envdpb.MakeDirResponse{Entry: entryInfo(fi)})
+	legacyEntries(req.Header(), resp.Header(), resp.Msg.Entry)
+	return resp, nil
 }
 
-func (envd) Move(ctx context.Context, req *connect.Request[envdpb.MoveRequest]) (*connect.Response[envdpb.MoveResponse], error) {
+func (*envd) Move(ctx context.Context, req *connect.Request[envdpb.MoveRequest]) (*connect.Response[envdpb.MoveResponse], error) {
 	cl := callOf(ctx)
 	fi, err := cl.c.MoveFile(ctx, cl.id, req.Msg.GetSource(), req.Msg.GetDestination(), fileOpt(cl))
 	if err != nil {
 		return nil, cl.fail(err)
 	}
-	return connect.NewResponse(&envdpb.MoveResponse{Entry: entryInfo(fi)}), nil
+	resp := connect.NewResponse(&envdpb.MoveResponse{Entry: entryInfo(fi)})
+	legacyEntries(req.Header(), resp.Header(), resp.Msg.Entry)
+	return resp, nil
 }
 
 // ListDir lists a directory to a depth (0 is 1, as envd has it).
-func (envd) ListDir(ctx context.Context, req *connect.Request[envdpb.ListDirRequest]) (*connect.Response[envdpb.ListDirResponse], error) {
+func (*envd) ListDir(ctx context.Context, req *connect.Request[envdpb.ListDirRequest]) (*connect.Response[envdpb.ListDirResponse], error) {
 	cl := callOf(ctx)
 	depth := max(int(req.Msg.GetDepth()), 1)
 	p := req.Msg.GetPath()
@@ -516,10 +543,12 @@ func (envd) ListDir(ctx context.Context, req *connect.Request[envdpb.ListDirRequ
 	for i := range entries {
 		out.Entries = append(out.Entries, entryInfo(&entries[i]))
 	}
-	return connect.NewResponse(out), nil
+	resp := connect.NewResponse(out)
+	legacyEntries(req.Header(), resp.Header(), out.Entries...)
+	return resp, nil
 }
 
-func (envd) Remove(ctx context.Context, req *connect.Request[envdpb.RemoveRequest]) (*connect.Response[envdpb.RemoveResponse], error) {
+func (*envd) Remove(ctx context.Context, req *connect.Request[envdpb.RemoveRequest]) (*connect.Response[envdpb.RemoveResponse], error) {
 	cl := callOf(ctx)
 	if err := cl.c.RemoveFile(ctx, cl.id, req.Msg.GetPath(), true, fileOpt(cl)); err != nil {
 		return nil, cl.fail(err)
@@ -566,7 +595,7 @@ func fsEvent(root string, ev client.WatchEvent) *envdpb.FilesystemEvent {
 // WatchDir streams the changes under a directory: a start event, then
 // one per change, with keepalives, until the call's deadline (E2B's
 // timeoutMs) or the client goes.
-func (envd) WatchDir(ctx context.Context, req *connect.Request[envdpb.WatchDirRequest], stream *connect.ServerStream[envdpb.WatchDirResponse]) error {
+func (*envd) WatchDir(ctx context.Context, req *connect.Request[envdpb.WatchDirRequest], stream *connect.ServerStream[envdpb.WatchDirResponse]) error {
 	cl := callOf(ctx)
 	root, err := watchRoot(ctx, cl, req.Msg.GetPath())
 	if err != nil {
@@ -608,16 +637,34 @@ func (envd) WatchDir(ctx context.Context, req *connect.Request[envdpb.WatchDirRe
 	return nil
 }
 
-var errNoPolledWatch = connect.NewError(connect.CodeUnimplemented, errors.New("polled watchers are not supported by this server yet; use WatchDir"))
-
-func (envd) CreateWatcher(ctx context.Context, req *connect.Request[envdpb.CreateWatcherRequest]) (*connect.Response[envdpb.CreateWatcherResponse], error) {
-	return nil, errNoPolledWatch
+// CreateWatcher starts a watch whose events are kept for polling (for
+// clients that cannot hold a stream), once it is in place.
+func (e *envd) CreateWatcher(ctx context.Context, req *connect.Request[envdpb.CreateWatcherRequest]) (*connect.Response[envdpb.CreateWatcherResponse], error) {
+	cl := callOf(ctx)
+	root, err := watchRoot(ctx, cl, req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	id, err := e.watchers.start(ctx, cl, root, req.Msg.GetRecursive())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&envdpb.CreateWatcherResponse{WatcherId: id}), nil
 }
 
-func (envd) GetWatcherEvents(ctx context.Context, req *connect.Request[envdpb.GetWatcherEventsRequest]) (*connect.Response[envdpb.GetWatcherEventsResponse], error) {
-	return nil, errNoPolledWatch
+// GetWatcherEvents returns, and forgets, the events a watcher kept.
+func (e *envd) GetWatcherEvents(ctx context.Context, req *connect.Request[envdpb.GetWatcherEventsRequest]) (*connect.Response[envdpb.GetWatcherEventsResponse], error) {
+	evs, err := e.watchers.take(callOf(ctx), req.Msg.GetWatcherId())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&envdpb.GetWatcherEventsResponse{Events: evs}), nil
 }
 
-func (envd) RemoveWatcher(ctx context.Context, req *connect.Request[envdpb.RemoveWatcherRequest]) (*connect.Response[envdpb.RemoveWatcherResponse], error) {
-	return nil, errNoPolledWatch
+// RemoveWatcher stops a watcher.
+func (e *envd) RemoveWatcher(ctx context.Context, req *connect.Request[envdpb.RemoveWatcherRequest]) (*connect.Response[envdpb.RemoveWatcherResponse], error) {
+	if err := e.watchers.remove(callOf(ctx), req.Msg.GetWatcherId()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&envdpb.RemoveWatcherResponse{}), nil
 }

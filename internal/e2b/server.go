@@ -76,7 +76,7 @@ func New(cfg Config) (*Handler, error) {
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
-	h.connect = connectHandlers()
+	h.connect = connectHandlers(&envd{watchers: newWatchers()})
 	h.mux = http.NewServeMux()
 	h.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	h.mux.HandleFunc("POST /sandboxes", h.control(h.createSandbox))
@@ -90,6 +90,7 @@ func New(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("POST /v2/sandboxes/{id}/connect", h.control(h.connectSandbox))
 	h.mux.HandleFunc("POST /sandboxes/{id}/resume", h.control(h.connectSandbox))
 	h.mux.HandleFunc("POST /sandboxes/{id}/pause", h.control(h.pauseSandbox))
+	h.mux.HandleFunc("/", h.control(h.notServed))
 	return h, nil
 }
 

@@ -307,3 +307,84 @@ func TestE2BBadInput(t *testing.T) {
 		t.Errorf("a second kill: %d %s, want 404 (the SDK's kill() → false)", status, body)
 	}
 }
+
+// TestE2BWire drives the edge's Connect services as a client that is
+// not the JavaScript SDK would: the binary protobuf codec, and the
+// polled variant of watchDir (CreateWatcher, GetWatcherEvents,
+// RemoveWatcher), which only its creator's key can reach.
+func TestE2BWire(t *testing.T) {
+	env := startE2B(t)
+	ctx := ctxT(t, 2*time.Minute)
+	sb, err := env.d.C.CreateSandbox(ctx, client.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	track(sb.ID)
+	hc := &http.Client{Timeout: time.Minute}
+	hdr := func(h http.Header, key string) {
+		h.Set("E2b-Sandbox-Id", strings.Replace(sb.ID, "sb-", "sb", 1))
+		h.Set("E2b-Sandbox-Port", "49983")
+		h.Set("X-Access-Token", key)
+	}
+	// The binary codec (connect-go's default).
+	fs := envdpbconnect.NewFilesystemClient(hc, env.url)
+	mk := connect.NewRequest(&envdpb.MakeDirRequest{Path: "/tmp/w"})
+	hdr(mk.Header(), env.key)
+	if _, err := fs.MakeDir(ctx, mk); err != nil {
+		t.Fatal(err)
+	}
+	st := connect.NewRequest(&envdpb.StatRequest{Path: "/tmp/w"})
+	hdr(st.Header(), env.key)
+	res, err := fs.Stat(ctx, st)
+	if err != nil || res.Msg.GetEntry().GetType() != envdpb.FileType_FILE_TYPE_DIRECTORY || res.Msg.GetEntry().GetPath() != "/tmp/w" {
+		t.Fatalf("binary Stat: %v %v", res, err)
+	}
+
+	// A polled watcher sees a write, once.
+	cw := connect.NewRequest(&envdpb.CreateWatcherRequest{Path: "/tmp/w", Recursive: true})
+	hdr(cw.Header(), env.key)
+	w, err := fs.CreateWatcher(ctx, cw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := w.Msg.GetWatcherId()
+	if _, err := env.d.C.WriteFile(ctx, sb.ID, "/tmp/w/sub.txt", strings.NewReader("x")); err != nil {
+		t.Fatal(err)
+	}
+	poll := func(key string) (*connect.Response[envdpb.GetWatcherEventsResponse], error) {
+		g := connect.NewRequest(&envdpb.GetWatcherEventsRequest{WatcherId: id})
+		hdr(g.Header(), key)
+		return fs.GetWatcherEvents(ctx, g)
+	}
+	var names []string
+	for i := 0; i < 50 && !slices.Contains(names, "sub.txt"); i++ {
+		r, err := poll(env.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range r.Msg.GetEvents() {
+			names = append(names, ev.GetName())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !slices.Contains(names, "sub.txt") {
+		t.Fatalf("the watcher saw %v, want sub.txt", names)
+	}
+	// Another tenant's key reaches neither the sandbox nor the watcher.
+	ten, err := env.d.C.CreateTenant(ctx, client.CreateTenantRequest{Name: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := "e2b_" + hex.EncodeToString([]byte(ten.AdminKey.Secret))
+	if _, err := poll(other); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("another tenant polls the watcher: %v", err)
+	}
+	rm := connect.NewRequest(&envdpb.RemoveWatcherRequest{WatcherId: id})
+	hdr(rm.Header(), env.key)
+	if _, err := fs.RemoveWatcher(ctx, rm); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := poll(env.key); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("a removed watcher: %v", err)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"net"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -17,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
+	"github.com/airlock-sandbox/airlock/internal/runtime/runtimefake"
 )
 
 // endLog is an EndRecorder that keeps what it is told.
@@ -197,35 +197,6 @@ func TestKillMatrix(t *testing.T) {
 	}
 }
 
-// gatedRuntime wraps the fake runtime: the instances it recovers answer
-// only once gate is closed, as a starved agent would (alive, but slow).
-type gatedRuntime struct {
-	runtime.Runtime
-	gate chan struct{}
-}
-
-func (g gatedRuntime) Recover(ctx context.Context) ([]runtime.Instance, error) {
-	insts, err := g.Runtime.Recover(ctx)
-	for i, inst := range insts {
-		insts[i] = gatedInstance{inst, g.gate}
-	}
-	return insts, err
-}
-
-type gatedInstance struct {
-	runtime.Instance
-	gate chan struct{}
-}
-
-func (g gatedInstance) Dial(ctx context.Context) (net.Conn, error) {
-	select {
-	case <-g.gate:
-		return g.Instance.Dial(ctx)
-	case <-ctx.Done():
-		return nil, errdefs.ErrTimeout
-	}
-}
-
 // TestAdoptSlowSandbox checks that a sandbox whose agent is slow to
 // answer after a restart is adopting meanwhile (its operations say
 // "retry", not "not found"), becomes running when the agent answers, and
@@ -248,7 +219,7 @@ func TestAdoptSlowSandbox(t *testing.T) {
 	gate := make(chan struct{})
 	ends := &endLog{}
 	cfg := Config{StateDir: e.stateDir, AdoptTimeout: 300 * time.Millisecond, HealthInterval: 50 * time.Millisecond, Ends: ends}
-	m2, err := New(gatedRuntime{e.rt, gate}, e.templates, cfg, nil)
+	m2, err := New(runtimefake.Gated(e.rt, gate), e.templates, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +278,7 @@ func TestAdoptWaitsForRequests(t *testing.T) {
 	crash(m1)
 
 	gate := make(chan struct{})
-	m2, err := New(gatedRuntime{e.rt, gate}, e.templates, Config{StateDir: e.stateDir, AdoptTimeout: time.Minute, HealthInterval: -1}, nil)
+	m2, err := New(runtimefake.Gated(e.rt, gate), e.templates, Config{StateDir: e.stateDir, AdoptTimeout: time.Minute, HealthInterval: -1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
