@@ -76,4 +76,3 @@ func TestRequestsWaitForAdoption(t *testing.T) {
 		}
 	}
 }
-
