@@ -58,3 +58,11 @@ type KeyList struct {
 	// oldest first.
 	Keys []Key `json:"keys"`
 }
+
+// WhoAmI is the answer of GET /v1/whoami: the calling key's tenant, ID
+// and scopes (admin and operator imply others; see the scopes' help).
+type WhoAmI struct {
+	TenantID string   `json:"tenant_id"`
+	KeyID    string   `json:"key_id"`
+	Scopes   []string `json:"scopes"`
+}

@@ -12,6 +12,9 @@ const (
 	// UpstreamCaller hands each call to the program's caller, who
 	// answers it.
 	UpstreamCaller = "caller"
+	// UpstreamMCP calls a tool of an upstream MCP server
+	// (ToolUpstream.MCP).
+	UpstreamMCP = "mcp"
 )
 
 // PutToolRequest is the body of POST /v1/tools (create) and of PUT
@@ -35,10 +38,52 @@ type PutToolRequest struct {
 
 // ToolUpstream is what runs a tool.
 type ToolUpstream struct {
-	// Kind is UpstreamHTTP or UpstreamCaller.
+	// Kind is UpstreamHTTP, UpstreamCaller or UpstreamMCP.
 	Kind string `json:"kind"`
 	// HTTP is the endpoint of an UpstreamHTTP tool.
 	HTTP *ToolHTTP `json:"http,omitempty"`
+	// MCP is the upstream MCP server's tool of an UpstreamMCP tool.
+	MCP *ToolMCP `json:"mcp,omitempty"`
+}
+
+// ToolMCP is a tool of an upstream MCP server: a command run on the host
+// that speaks MCP on stdin and stdout (Command, Args, Env; registering
+// one needs the operator scope, since it runs as the daemon's user), or
+// a Streamable HTTP endpoint (URL, Headers) reached like an HTTP tool's.
+// Env and header values may use {secret.NAME}, replaced by the tenant's
+// secret NAME; the call's arguments go to the upstream tool as its
+// arguments. Registration asks the upstream for its tool and pins what
+// it says (Pinned); a call finding it changed is refused until the tool
+// is registered again.
+type ToolMCP struct {
+	// Command is the absolute path of a stdio server (no PATH lookup);
+	// Args (at most 64, no placeholders) and Env (at most 64 variables;
+	// the process gets only these and a default PATH) go with it.
+	Command string            `json:"command,omitempty"`
+	Args    []string          `json:"args,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	// URL is the endpoint of a Streamable HTTP server (an absolute http
+	// or https URL); Headers (at most 32) go with every request.
+	URL     string            `json:"url,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+	// Tool is the upstream tool's name; without it, the tool's own.
+	Tool string `json:"tool,omitempty"`
+	// Pinned is what the upstream said of its tool at registration (set
+	// by the server; ignored in a request).
+	Pinned *ToolMCPPin `json:"pinned,omitempty"`
+}
+
+// ToolMCPPin is what an upstream MCP server said of its tool when the
+// tool was registered: untrusted hints, kept to detect a change.
+type ToolMCPPin struct {
+	Title       string          `json:"title,omitempty"`
+	Description string          `json:"description"`
+	Annotations json.RawMessage `json:"annotations,omitempty"`
+	// InputSchemaSHA256 and OutputSchemaSHA256 are the sha256 (hex) of
+	// the upstream's schemas, as JSON with sorted keys.
+	InputSchemaSHA256  string    `json:"input_schema_sha256"`
+	OutputSchemaSHA256 string    `json:"output_schema_sha256,omitempty"`
+	PinnedAt           time.Time `json:"pinned_at"`
 }
 
 // ToolHTTP is the HTTP endpoint that runs a tool. URL, each header value
@@ -129,4 +174,17 @@ type Toolset struct {
 type ToolsetList struct {
 	// Toolsets are the tenant's toolsets, ordered by name.
 	Toolsets []Toolset `json:"toolsets"`
+}
+
+// CallToolRequest is the body of POST /v1/tools/{name}/call.
+type CallToolRequest struct {
+	// Args are the call's arguments: a JSON object matching the tool's
+	// input schema (at most 256 KiB); absent means {}.
+	Args json.RawMessage `json:"args,omitempty"`
+}
+
+// CallToolResult is the answer of POST /v1/tools/{name}/call.
+type CallToolResult struct {
+	// Result is the tool's output, a JSON value.
+	Result json.RawMessage `json:"result"`
 }

@@ -110,3 +110,15 @@ func (c *Client) RevokeKey(ctx context.Context, id string) error {
 	}
 	return c.doJSON(ctx, http.MethodDelete, "/v1/keys/"+url.PathEscape(id), nil, nil, nil, http.StatusNoContent)
 }
+
+// WhoAmI is the calling key: its tenant, ID and scopes.
+type WhoAmI = api.WhoAmI
+
+// WhoAmI describes the client's own key. Any valid key may ask.
+func (c *Client) WhoAmI(ctx context.Context) (*WhoAmI, error) {
+	var out WhoAmI
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/whoami", nil, nil, &out, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -23,6 +24,13 @@ type (
 	ToolUpstream   = api.ToolUpstream
 	ToolHTTP       = api.ToolHTTP
 	ToolGovernance = api.ToolGovernance
+)
+
+// ToolMCP is a tool of an upstream MCP server that runs a tool;
+// ToolMCPPin what the server said of it at registration.
+type (
+	ToolMCP    = api.ToolMCP
+	ToolMCPPin = api.ToolMCPPin
 )
 
 // Toolset is a named group of the tenant's tools.
@@ -171,4 +179,30 @@ func checkToolName(name string) error {
 		return fmt.Errorf("airlock: tool or toolset name %q is not valid: %w", name, ErrInvalid)
 	}
 	return nil
+}
+
+// CallTool calls the caller's tenant's tool name with args (anything
+// that encodes as a JSON object; nil is {}) as the calling key, governed
+// as a sandbox's call is, and returns the tool's result, a JSON value.
+// A refusal is an error of its class (ErrForbidden for a policy, an
+// approval denied or a grant; ErrInvalid for arguments that do not match
+// the schema); a call that needs approval waits for it, up to the
+// server's approval timeout or ctx's end. It needs the tools:call scope.
+func (c *Client) CallTool(ctx context.Context, name string, args any) (json.RawMessage, error) {
+	if err := checkToolName(name); err != nil {
+		return nil, err
+	}
+	var req api.CallToolRequest
+	if args != nil {
+		raw, err := json.Marshal(args)
+		if err != nil {
+			return nil, fmt.Errorf("encode the arguments of tool %s: %w", name, err)
+		}
+		req.Args = raw
+	}
+	var out api.CallToolResult
+	if err := c.doJSON(ctx, http.MethodPost, "/v1/tools/"+url.PathEscape(name)+"/call", nil, req, &out, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return out.Result, nil
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,6 +55,8 @@ type cli struct {
 	help func()
 	// hostCheck runs the host checks of doctor; nil means hostcheck.Run.
 	hostCheck func(context.Context, hostcheck.Options) hostcheck.Report
+	// mcpTransport, if set, replaces stdio for airlock mcp (tests).
+	mcpTransport sdk.Transport
 }
 
 // cliMain runs the client verbs with the process's standard streams and
@@ -129,6 +133,7 @@ const cliUsage = `usage: airlock [--url URL] COMMAND [ARG...]
   run [-t TEMPLATE] [exec flags] -- CMD...
   program [-l LANG] [-c CODE | -f FILE] [--sandbox ID | --tool T... --toolset S...] [--trace] [--json]
                             a program that calls tools; its output and tool-call trace
+  mcp                       serve the sandbox tools to an MCP client on stdin and stdout
   cp SRC DST                one side is ID:PATH; - is stdin or stdout
   files ls [-d N] [--json] ID [PATH] | mkdir ID PATH... | rm [-r] ID PATH...
   shell [-u USER] ID [-- CMD...]        a login shell, or CMD on a terminal
@@ -224,6 +229,7 @@ func (c *cli) verbs() map[string]func(context.Context, []string) (int, error) {
 		"code":       c.codeCmd,
 		"run":        c.runCmd,
 		"program":    c.programCmd,
+		"mcp":        c.mcpCmd,
 		"cp":         c.cpCmd,
 		"shell":      c.shellCmd,
 		"ps":         c.psCmd,
@@ -312,17 +318,9 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 // client returns an API client for c.url with the API key from the
 // environment or the admin key file.
 func (c *cli) client() (*client.Client, error) {
-	key := strings.TrimSpace(c.getenv(envAPIKey))
-	if key == "" {
-		dir := c.getenv(envDataDir)
-		if dir == "" {
-			dir = defaultDataDir
-		}
-		b, err := readInput(filepath.Join(dir, adminKeyFile), nil, maxKeyFileBytes)
-		if err != nil {
-			return nil, usagef("no API key: set %s (or run where %s is readable)", envAPIKey, filepath.Join(dir, adminKeyFile))
-		}
-		key = strings.TrimSpace(string(b))
+	key, err := c.apiKey()
+	if err != nil {
+		return nil, err
 	}
 	opts := []client.Option{client.WithUserAgent("airlock-cli/1")}
 	if c.hc != nil {
@@ -333,6 +331,24 @@ func (c *cli) client() (*client.Client, error) {
 		return nil, usagef("%s", strings.TrimPrefix(err.Error(), "airlock: "))
 	}
 	return cl, nil
+}
+
+// apiKey is the key the client verbs use: AIRLOCK_API_KEY, else the
+// admin key in the data directory.
+func (c *cli) apiKey() (string, error) {
+	key := strings.TrimSpace(c.getenv(envAPIKey))
+	if key == "" {
+		dir := c.getenv(envDataDir)
+		if dir == "" {
+			dir = defaultDataDir
+		}
+		b, err := readInput(filepath.Join(dir, adminKeyFile), nil, maxKeyFileBytes)
+		if err != nil {
+			return "", usagef("no API key: set %s (or run where %s is readable)", envAPIKey, filepath.Join(dir, adminKeyFile))
+		}
+		key = strings.TrimSpace(string(b))
+	}
+	return key, nil
 }
 
 // errInputTooLarge is readInput's error for input over its cap.

@@ -34,6 +34,7 @@ var completions = map[string]completion{
 	"exec":       {ids: true},
 	"run":        {},
 	"program":    {},
+	"mcp":        {},
 	"cp":         {ids: true},
 	"shell":      {ids: true},
 	"ps":         {ids: true},

@@ -243,6 +243,10 @@ type Config struct {
 	// grants a sandbox (see ToolResolver); without it a create that
 	// names any answers 501 not_supported.
 	ToolResolver ToolResolver
+	// ToolGateway, if set (with Tools), serves POST /v1/tools/{name}/call:
+	// a key calls a tool of its tenant through the gateway's pipeline;
+	// without it that route answers 501 not_supported.
+	ToolGateway ToolCaller
 	// Approvals, if set, serves /v1/approvals (list, inspect and decide
 	// the tenant's tool calls that wait for approval); without it those
 	// routes answer 501 not_supported.
@@ -288,6 +292,7 @@ type Handler struct {
 	resolver    ToolResolver
 	approvals   ApprovalQueue
 	toolCalls   ToolCalls
+	toolGateway ToolCaller
 	hostInfo    *Info
 	ready       func(ctx context.Context) error
 	log         *slog.Logger
@@ -336,6 +341,7 @@ func New(cfg Config) (*Handler, error) {
 		resolver:    cfg.ToolResolver,
 		approvals:   cfg.Approvals,
 		toolCalls:   cfg.ToolCalls,
+		toolGateway: cfg.ToolGateway,
 		hostInfo:    cfg.Info,
 		ready:       cfg.Ready,
 		log:         cfg.Log,
@@ -473,6 +479,7 @@ func (h *Handler) routes() []route {
 		{"GET", "/readyz", "", "", h.readyz},
 		{"GET", "/v1/openapi.json", "", "", h.openAPI},
 		{"GET", "/v1/info", auth.ScopeAdmin, "", h.getInfo},
+		{"GET", "/v1/whoami", scopeAnyKey, "", h.whoami},
 		{"POST", "/v1/sandboxes", auth.ScopeSandboxesWrite, ActionSandboxCreate, h.createSandbox},
 		{"GET", "/v1/sandboxes", auth.ScopeSandboxesRead, "", h.listSandboxes},
 		{"GET", "/v1/sandboxes/{id}", auth.ScopeSandboxesRead, "", h.getSandbox},
@@ -538,6 +545,7 @@ func (h *Handler) routes() []route {
 		{"GET", "/v1/tools/{name}", auth.ScopeToolsRead, "", h.getTool},
 		{"PUT", "/v1/tools/{name}", auth.ScopeToolsWrite, ActionToolUpdate, h.replaceTool},
 		{"DELETE", "/v1/tools/{name}", auth.ScopeToolsWrite, ActionToolDelete, h.deleteTool},
+		{"POST", "/v1/tools/{name}/call", auth.ScopeToolsCall, ActionToolInvoke, h.callTool},
 		{"POST", "/v1/toolsets", auth.ScopeToolsWrite, ActionToolsetCreate, h.createToolset},
 		{"GET", "/v1/toolsets", auth.ScopeToolsRead, "", h.listToolsets},
 		{"GET", "/v1/toolsets/{name}", auth.ScopeToolsRead, "", h.getToolset},

@@ -129,7 +129,7 @@ func (h *Handler) wrap(rt route) http.Handler {
 			if rt.action != "" {
 				c.ev = audit.Event{TenantID: p.TenantID, KeyID: p.KeyID, Action: rt.action, Target: auditTarget(r.PathValue("id"))}
 			}
-			if !p.Has(rt.scope) {
+			if rt.scope != scopeAnyKey && !p.Has(rt.scope) {
 				h.fail(c, &apiError{status: http.StatusForbidden, code: CodePermissionDenied,
 					msg: fmt.Sprintf("this API key lacks the %q scope", rt.scope)})
 				return

@@ -1,8 +1,10 @@
 package api
 
 import (
+	"net/http"
 	"slices"
 
+	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/auth"
 )
 
@@ -13,7 +15,7 @@ import (
 func CheckedScopes() []auth.Scope {
 	seen := map[auth.Scope]bool{}
 	for _, rt := range (&Handler{}).routes() {
-		if rt.scope != "" {
+		if rt.scope != "" && rt.scope != scopeAnyKey {
 			seen[rt.scope] = true
 		}
 	}
@@ -31,4 +33,19 @@ func CheckedScopes() []auth.Scope {
 		}
 	}
 	return out
+}
+
+// scopeAnyKey is the route-table scope of the routes any valid key may
+// use, whatever its scopes (GET /v1/whoami). It is not a scope keys
+// carry.
+const scopeAnyKey auth.Scope = "any"
+
+// whoami serves GET /v1/whoami: the calling key's tenant, ID and scopes,
+// so that a client (the MCP server) can offer what the key may do.
+func (h *Handler) whoami(c *call) error {
+	out := wire.WhoAmI{TenantID: c.p.TenantID, KeyID: c.p.KeyID, Scopes: []string{}}
+	for _, s := range c.p.Scopes {
+		out.Scopes = append(out.Scopes, string(s))
+	}
+	return c.json(http.StatusOK, out)
 }

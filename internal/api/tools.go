@@ -2,10 +2,15 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 
 	wire "github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/gateway"
 )
 
@@ -26,6 +31,14 @@ type ToolRegistry interface {
 }
 
 var _ ToolRegistry = (*gateway.StoreRegistry)(nil)
+
+// ToolCaller runs a call of a tool through the gateway's pipeline, for
+// POST /v1/tools/{name}/call. *gateway.Gateway satisfies it.
+type ToolCaller interface {
+	Call(ctx context.Context, c gateway.Caller, name string, args json.RawMessage) (gateway.Result, error)
+}
+
+var _ ToolCaller = (*gateway.Gateway)(nil)
 
 // The audit actions of tools and toolsets. Their records name the tool
 // (Target) and say what runs it: its upstream's kind and, for HTTP, its
@@ -63,6 +76,10 @@ func toolFromWire(req wire.PutToolRequest) gateway.Tool {
 	if h := req.Upstream.HTTP; h != nil {
 		t.Upstream.HTTP = &gateway.HTTPUpstream{Method: h.Method, URL: h.URL, Headers: h.Headers, Body: h.Body}
 	}
+	if m := req.Upstream.MCP; m != nil {
+		// Pinned is the server's: the registry asks the upstream.
+		t.Upstream.MCP = &gateway.MCPUpstream{Command: m.Command, Args: m.Args, Env: m.Env, URL: m.URL, Headers: m.Headers, Tool: m.Tool}
+	}
 	return t
 }
 
@@ -85,6 +102,13 @@ func toToolJSON(t gateway.Tool) wire.Tool {
 	}
 	if h := t.Upstream.HTTP; h != nil {
 		out.Upstream.HTTP = &wire.ToolHTTP{Method: h.Method, URL: h.URL, Headers: h.Headers, Body: h.Body}
+	}
+	if m := t.Upstream.MCP; m != nil {
+		out.Upstream.MCP = &wire.ToolMCP{Command: m.Command, Args: m.Args, Env: m.Env, URL: m.URL, Headers: m.Headers, Tool: m.Tool}
+		if p := m.Pinned; p != nil {
+			out.Upstream.MCP.Pinned = &wire.ToolMCPPin{Title: p.Title, Description: p.Description, Annotations: p.Annotations,
+				InputSchemaSHA256: p.InputSchemaSHA256, OutputSchemaSHA256: p.OutputSchemaSHA256, PinnedAt: p.PinnedAt.UTC()}
+		}
 	}
 	return out
 }
@@ -124,14 +148,35 @@ func bodyName(body, path string) (string, error) {
 	return path, gateway.ValidName(path)
 }
 
-// toolAuditDetails says what runs t, for its audit records.
+// toolAuditDetails says what runs t, for its audit records: for MCP,
+// the command (and its args) or the URL, and the upstream tool's name
+// (never env or header values, which may hold literal credentials).
 func toolAuditDetails(t gateway.Tool) map[string]any {
 	d := map[string]any{"upstream": t.Upstream.Kind}
 	if h := t.Upstream.HTTP; h != nil {
 		d["method"] = h.Method
 		d["url"] = h.URL
 	}
+	if m := t.Upstream.MCP; m != nil {
+		if m.Stdio() {
+			d["command"] = m.Command
+			d["args"] = m.Args
+		} else {
+			d["url"] = m.URL
+		}
+		d["mcp_tool"] = m.ToolName(t.Name)
+	}
 	return d
+}
+
+// checkToolPower refuses a tool the caller may not register: one whose
+// upstream is a command run on the host (a stdio MCP server runs as the
+// daemon's user, which is a host-level power) needs the operator scope.
+func (c *call) checkToolPower(t gateway.Tool) error {
+	if m := t.Upstream.MCP; m != nil && m.Stdio() && !c.p.IsOperator() {
+		return fmt.Errorf("upstream.mcp.command: a tool whose upstream is a command run on the host needs the operator scope (a url upstream does not): %w", errdefs.ErrPermissionDenied)
+	}
+	return nil
 }
 
 // putTool serves POST /v1/tools (path "": create, 201; 409 if the name is
@@ -152,6 +197,9 @@ func (h *Handler) putTool(c *call, path string) error {
 		return err
 	}
 	c.ev.Details = toolAuditDetails(t)
+	if err := c.checkToolPower(t); err != nil {
+		return err
+	}
 	if err := c.begin(); err != nil {
 		return err
 	}
@@ -370,4 +418,54 @@ func (h *Handler) deleteToolset(c *call) error {
 	}
 	c.w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// ActionToolInvoke is the audit action of a key's direct call of a tool
+// (POST /v1/tools/{name}/call): its records name the tool (Target) and
+// hold the sha256 and size of the arguments. The call has its own
+// tool.call record too, written by the gateway as for a sandbox's
+// call, whose caller is DirectCaller(key).
+const ActionToolInvoke = "tool.invoke"
+
+// DirectCaller is what stands for the sandbox in a key's direct calls
+// of tools: the Cedar principal (Airlock::Sandbox::"key:<key id>"), the
+// owner of the per-sandbox budgets and the target of the tool.call
+// records. No sandbox id has a colon.
+func DirectCaller(keyID string) string { return "key:" + keyID }
+
+// callTool serves POST /v1/tools/{name}/call: the key calls a tool of
+// its tenant, governed as a sandbox's call is (schema, policy, budgets,
+// approval, circuit, secrets, output checks, audit). A call that needs
+// approval waits for it, up to the approval timeout.
+func (h *Handler) callTool(c *call) error {
+	if h.tools == nil || h.toolGateway == nil {
+		return toolsNotServed()
+	}
+	name, err := c.toolPathName()
+	if err != nil {
+		return err
+	}
+	c.ev.Target = name
+	var req wire.CallToolRequest
+	if err := c.decodeJSON(&req, true); err != nil {
+		return err
+	}
+	sum := sha256.Sum256(req.Args)
+	c.ev.Details = map[string]any{"args_sha256": hex.EncodeToString(sum[:]), "args_bytes": len(req.Args)}
+	if _, err := h.tools.Tool(c.r.Context(), c.p.TenantID, name); err != nil {
+		return err
+	}
+	if err := c.begin(); err != nil {
+		return err
+	}
+	// The key may call any tool of its tenant: the tool is its grant.
+	caller := gateway.Caller{Tenant: c.p.TenantID, KeyID: c.p.KeyID, Sandbox: DirectCaller(c.p.KeyID), Tools: []string{name}}
+	res, err := h.toolGateway.Call(c.r.Context(), caller, name, req.Args)
+	if err != nil {
+		return err
+	}
+	if err := c.commit(); err != nil {
+		return err
+	}
+	return c.json(http.StatusOK, wire.CallToolResult{Result: res.Output})
 }

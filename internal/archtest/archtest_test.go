@@ -41,6 +41,11 @@ var forbidden = map[string][]string{
 	// The E2B edge translates onto the public API through the client:
 	// it reaches no service, store or agent itself, so E2B callers have
 	// no door the API does not have.
+	module + "/internal/mcp": {
+		module + "/internal/api", module + "/internal/sandbox", module + "/internal/agentclient",
+		module + "/internal/runtime", module + "/internal/store", module + "/internal/audit",
+		module + "/internal/auth", module + "/internal/gateway", module + "/internal/daemon",
+	},
 	module + "/internal/e2b": {
 		module + "/internal/api", module + "/internal/sandbox", module + "/internal/agentclient",
 		module + "/internal/runtime", module + "/internal/store", module + "/internal/audit",

@@ -28,6 +28,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/gateway/sdk"
 	"github.com/airlock-sandbox/airlock/internal/hostcheck"
 	"github.com/airlock-sandbox/airlock/internal/interp"
+	"github.com/airlock-sandbox/airlock/internal/mcp"
 	"github.com/airlock-sandbox/airlock/internal/runtime/backends"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/secrets"
@@ -246,6 +247,9 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		return err
 	}
 	defer gw.Close()
+	// Registering a tool of an upstream MCP server pins what the
+	// upstream says of it, through the gateway's sessions.
+	toolRegistry.SetPinner(gw.PinMCP)
 	toolsLib := filepath.Join(cfg.DataDir, toolsLibDir)
 	if err := sdk.WriteDir(toolsLib); err != nil {
 		return fmt.Errorf("writing the in-sandbox tool libraries: %w", err)
@@ -334,6 +338,8 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		ToolResolver: toolResolver,
 		Approvals:    approvals,
 		ToolCalls:    runToolCalls{gw, relay},
+		// A key's direct calls of its tenant's tools.
+		ToolGateway: gw,
 		Info: &api.Info{
 			Version:   Version(),
 			Runtime:   rt.Name(),
@@ -373,7 +379,17 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 			}
 		}
 	}()
-	srv := api.NewServer(cfg.Listen, h, log.With("component", "http"))
+	// MCP clients reach the sandboxes at /mcp on the API's listener, as
+	// tools translated onto this API with the caller's key.
+	mcpH, err := mcp.Handler(mcp.Config{APIURL: "http://" + loopbackAddr(ln.Addr()), Version: Version(), Log: log.With("component", "mcp")})
+	if err != nil {
+		return err
+	}
+	root := http.NewServeMux()
+	root.Handle(mcp.Path, mcpH)
+	root.Handle(mcp.MetadataPath, mcpH)
+	root.Handle("/", h)
+	srv := api.NewServer(cfg.Listen, root, log.With("component", "http"))
 	// The E2B-compatible listener translates E2B's protocol onto this
 	// API, through the API's own listener, with the caller's key.
 	var e2bSrv *http.Server

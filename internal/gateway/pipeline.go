@@ -106,12 +106,18 @@ type Config struct {
 	// Relay hands the calls of caller-executed tools (UpstreamCaller)
 	// to the program's caller. nil: such calls fail.
 	Relay *Relay
+	// MaxMCPSessions caps the sessions with upstream MCP servers open at
+	// once (default DefaultMaxMCPSessions); MCPIdle is how long one no
+	// call uses stays open (default DefaultMCPIdle).
+	MaxMCPSessions int
+	MCPIdle        time.Duration
 }
 
 // Gateway runs the call pipeline. It is safe for concurrent use.
 type Gateway struct {
 	cfg      Config
 	client   *upstreamClient
+	mcp      *mcpPool
 	budgets  *budgets
 	breakers *breakers
 	policies *policyCache
@@ -140,6 +146,7 @@ func New(cfg Config) (*Gateway, error) {
 		{"DefaultMaxConcurrent", &cfg.DefaultMaxConcurrent, DefaultMaxConcurrent},
 		{"MaxSandboxes", &cfg.MaxSandboxes, DefaultMaxSandboxes},
 		{"BreakerFailures", &cfg.BreakerFailures, DefaultBreakerFailures},
+		{"MaxMCPSessions", &cfg.MaxMCPSessions, DefaultMaxMCPSessions},
 	} {
 		if *v.n < 0 {
 			return nil, fmt.Errorf("gateway: %s is negative: %w", v.name, errdefs.ErrInvalidArgument)
@@ -154,9 +161,17 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.BreakerOpen == 0 {
 		cfg.BreakerOpen = DefaultBreakerOpen
 	}
+	if cfg.MCPIdle < 0 {
+		return nil, fmt.Errorf("gateway: MCPIdle is negative: %w", errdefs.ErrInvalidArgument)
+	}
+	if cfg.MCPIdle == 0 {
+		cfg.MCPIdle = DefaultMCPIdle
+	}
+	client := newUpstreamClient(cfg.AllowUpstream)
 	return &Gateway{
 		cfg:      cfg,
-		client:   newUpstreamClient(cfg.AllowUpstream),
+		client:   client,
+		mcp:      newMCPPool(client.tr, cfg.MaxMCPSessions, cfg.MCPIdle, mcpMaxMessage(cfg.MaxOutputBytes)),
 		budgets:  newBudgets(cfg.MaxSandboxes),
 		breakers: newBreakers(cfg.BreakerFailures, cfg.BreakerOpen),
 		policies: newPolicyCache(),
@@ -164,8 +179,13 @@ func New(cfg Config) (*Gateway, error) {
 	}, nil
 }
 
-// Close releases the gateway's idle upstream connections.
-func (g *Gateway) Close() { g.client.close() }
+// Close ends the gateway's sessions with upstream MCP servers (their
+// processes with them) and releases its idle upstream connections.
+// Calls of MCP upstreams after it fail.
+func (g *Gateway) Close() {
+	g.mcp.close()
+	g.client.close()
+}
 
 // Observe calls fn with the record of every call sandbox makes from now
 // until stop is called, after Config.Record, on the calling goroutine:
@@ -442,7 +462,7 @@ func (cl *call) approval(ctx context.Context) error {
 // upstream calls the tool's upstream through its circuit breaker.
 func (cl *call) upstream(ctx context.Context, args map[string]any) ([]byte, error) {
 	switch cl.tool.Upstream.Kind {
-	case UpstreamHTTP:
+	case UpstreamHTTP, UpstreamMCP:
 	case UpstreamCaller:
 		return cl.relay(ctx, args)
 	default:
@@ -451,6 +471,9 @@ func (cl *call) upstream(ctx context.Context, args map[string]any) ([]byte, erro
 	timeout := time.Duration(min(cl.tool.Governance.Timeout(), MaxTimeoutS)) * time.Second
 	b := cl.g.breakers.get(cl.c.Tenant, cl.name)
 	ans, err := b.execute(cl.name, func() (answer, error) {
+		if cl.tool.Upstream.Kind == UpstreamMCP {
+			return cl.mcpCall(ctx, args, timeout)
+		}
 		return cl.g.client.do(ctx, cl, args, timeout)
 	})
 	cl.status = ans.status

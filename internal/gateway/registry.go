@@ -21,7 +21,18 @@ import (
 type StoreRegistry struct {
 	st  store.ToolStore
 	now func() time.Time
+	pin Pinner
 }
+
+// Pinner returns what the upstream MCP server of t (a tool of tenant)
+// says of its tool now; Gateway.PinMCP is one.
+type Pinner func(ctx context.Context, tenant string, t Tool) (*MCPPin, error)
+
+// SetPinner sets how the registry pins the upstream tool of an MCP tool
+// when it is registered or replaced (MCPUpstream.Pinned), before the
+// registry is used. Without one, MCP tools are refused: an unpinned
+// tool could not be checked at its calls.
+func (g *StoreRegistry) SetPinner(p Pinner) { g.pin = p }
 
 var _ Registry = (*StoreRegistry)(nil)
 
@@ -86,10 +97,25 @@ func (g *StoreRegistry) Toolset(ctx context.Context, tenant, name string) (Tools
 	return toolsetOf(r)
 }
 
-// prepareTool validates t and returns the record to store for tenant.
-func (g *StoreRegistry) prepareTool(tenant string, t Tool) (store.ToolRecord, Tool, error) {
+// prepareTool validates t, pins its upstream MCP tool (if it has one)
+// and returns the record to store for tenant. A pin the caller gave is
+// replaced: only the upstream says what it is.
+func (g *StoreRegistry) prepareTool(ctx context.Context, tenant string, t Tool) (store.ToolRecord, Tool, error) {
 	if err := t.Validate(); err != nil {
 		return store.ToolRecord{}, Tool{}, err
+	}
+	if t.Upstream.Kind == UpstreamMCP {
+		if g.pin == nil {
+			return store.ToolRecord{}, Tool{}, fmt.Errorf("upstream.kind %q: this server does not reach MCP upstreams: %w", UpstreamMCP, errdefs.ErrNotSupported)
+		}
+		m := *t.Upstream.MCP
+		m.Pinned = nil
+		t.Upstream.MCP = &m
+		pin, err := g.pin(ctx, tenant, t)
+		if err != nil {
+			return store.ToolRecord{}, Tool{}, err
+		}
+		m.Pinned = pin
 	}
 	now := g.now().UTC()
 	t.Owner, t.CreatedAt, t.UpdatedAt = tenant, now, now
@@ -102,7 +128,7 @@ func (g *StoreRegistry) prepareTool(tenant string, t Tool) (store.ToolRecord, To
 // a tool of that name, ErrResourceExhausted at the store's cap. It
 // returns the tool as stored.
 func (g *StoreRegistry) CreateTool(ctx context.Context, tenant string, t Tool) (Tool, error) {
-	r, t, err := g.prepareTool(tenant, t)
+	r, t, err := g.prepareTool(ctx, tenant, t)
 	if err != nil {
 		return Tool{}, err
 	}
@@ -115,7 +141,7 @@ func (g *StoreRegistry) CreateTool(ctx context.Context, tenant string, t Tool) (
 // ReplaceTool replaces tenant's tool t.Name with t (ErrNotFound if there
 // is none), keeping its creation time, and returns it as stored.
 func (g *StoreRegistry) ReplaceTool(ctx context.Context, tenant string, t Tool) (Tool, error) {
-	r, _, err := g.prepareTool(tenant, t)
+	r, _, err := g.prepareTool(ctx, tenant, t)
 	if err != nil {
 		return Tool{}, err
 	}

@@ -33,13 +33,16 @@ const (
 	// UpstreamCaller hands the call to the program's caller, who
 	// answers it (Anthropic's programmatic tool calling semantics).
 	UpstreamCaller = "caller"
+	// UpstreamMCP calls a tool of an upstream MCP server (MCPUpstream).
+	UpstreamMCP = "mcp"
 )
 
 // Upstream is what runs a tool.
 type Upstream struct {
-	// Kind is UpstreamHTTP or UpstreamCaller.
+	// Kind is UpstreamHTTP, UpstreamCaller or UpstreamMCP.
 	Kind string        `json:"kind"`
 	HTTP *HTTPUpstream `json:"http,omitempty"`
+	MCP  *MCPUpstream  `json:"mcp,omitempty"`
 }
 
 // HTTPUpstream is an HTTP endpoint that runs a tool. URL, each header

@@ -122,21 +122,36 @@ func checkSchema(raw json.RawMessage, input bool) error {
 
 // Validate reports the first thing wrong with u, naming its field.
 func (u Upstream) Validate() error {
+	kinds := fmt.Sprintf("%q, %q or %q", UpstreamHTTP, UpstreamCaller, UpstreamMCP)
 	switch u.Kind {
 	case UpstreamHTTP:
 		if u.HTTP == nil {
 			return fmt.Errorf("upstream.http is required for kind %q: %w", UpstreamHTTP, errdefs.ErrInvalidArgument)
+		}
+		if u.MCP != nil {
+			return fmt.Errorf("upstream.mcp must be empty for kind %q: %w", UpstreamHTTP, errdefs.ErrInvalidArgument)
 		}
 		return u.HTTP.Validate()
 	case UpstreamCaller:
 		if u.HTTP != nil {
 			return fmt.Errorf("upstream.http must be empty for kind %q: %w", UpstreamCaller, errdefs.ErrInvalidArgument)
 		}
+		if u.MCP != nil {
+			return fmt.Errorf("upstream.mcp must be empty for kind %q: %w", UpstreamCaller, errdefs.ErrInvalidArgument)
+		}
 		return nil
+	case UpstreamMCP:
+		if u.MCP == nil {
+			return fmt.Errorf("upstream.mcp is required for kind %q: %w", UpstreamMCP, errdefs.ErrInvalidArgument)
+		}
+		if u.HTTP != nil {
+			return fmt.Errorf("upstream.http must be empty for kind %q: %w", UpstreamMCP, errdefs.ErrInvalidArgument)
+		}
+		return u.MCP.Validate()
 	case "":
-		return fmt.Errorf("upstream.kind is required (%q or %q): %w", UpstreamHTTP, UpstreamCaller, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("upstream.kind is required (%s): %w", kinds, errdefs.ErrInvalidArgument)
 	}
-	return fmt.Errorf("upstream.kind %q: must be %q or %q: %w", clip(u.Kind), UpstreamHTTP, UpstreamCaller, errdefs.ErrInvalidArgument)
+	return fmt.Errorf("upstream.kind %q: must be %s: %w", clip(u.Kind), kinds, errdefs.ErrInvalidArgument)
 }
 
 // methods are the HTTP methods an upstream may use.

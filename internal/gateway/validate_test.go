@@ -124,7 +124,7 @@ func TestToolValidate(t *testing.T) {
 			tl.InputSchema = json.RawMessage(`{"$id":"https://schemas.example.com/in.json","type":"object","properties":{"a":{"$ref":"other.json"}}}`)
 		}},
 		{"no kind", "upstream.kind is required", func(tl *Tool) { tl.Upstream.Kind = "" }},
-		{"unknown kind", "upstream.kind", func(tl *Tool) { tl.Upstream.Kind = "mcp" }},
+		{"unknown kind", "upstream.kind", func(tl *Tool) { tl.Upstream.Kind = "ftp" }},
 		{"http without http", "upstream.http is required", func(tl *Tool) { tl.Upstream.HTTP = nil }},
 		{"caller with http", "upstream.http must be empty", func(tl *Tool) { tl.Upstream.Kind = UpstreamCaller }},
 		{"bad method", "upstream.http.method", func(tl *Tool) { tl.Upstream.HTTP.Method = "get" }},

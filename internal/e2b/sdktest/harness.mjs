@@ -1,78 +1,13 @@
-// Shared step runner for the SDK scripts: each step prints "ok <name>",
-// "skip <name>: <why>" or "FAIL <name>: <error>", and the first failure
-// cleans up and exits non-zero.
+// The E2B suites' harness: the shared step runner, and a check that the
+// SDK will talk to the server under test and not to E2B's cloud.
+import { requireEnv as need } from '../../testutil/js/steps.mjs';
 
-const STEP_TIMEOUT_MS = Number(process.env.SDKTEST_STEP_TIMEOUT_MS || 90_000);
+export { onFailure, Skip, describe, step, check, eq, expectReject, sleep } from '../../testutil/js/steps.mjs';
 
-const cleanups = [];
-
-// requireEnv checks that the SDK will talk to the server under test and not
-// to E2B's cloud.
 export function requireEnv() {
-  const missing = ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY'].filter((k) => !process.env[k]);
-  if (missing.length > 0) {
-    console.log(`FAIL setup: missing environment: ${missing.join(', ')}`);
-    process.exit(2);
-  }
+  need('E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY');
   if (process.env.E2B_DEBUG === 'true') {
     console.log('FAIL setup: E2B_DEBUG=true makes the SDK skip the API');
     process.exit(2);
   }
 }
-
-// onFailure registers a best-effort cleanup run before a failing exit.
-export function onFailure(fn) {
-  cleanups.push(fn);
-}
-
-export class Skip extends Error {}
-
-export function describe(err) {
-  if (err === undefined || err === null) return String(err);
-  const name = err.name || err.constructor?.name || 'Error';
-  return `${name}: ${err.message ?? String(err)}`;
-}
-
-export async function step(name, fn) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`step timed out after ${STEP_TIMEOUT_MS} ms`)), STEP_TIMEOUT_MS);
-  });
-  try {
-    const value = await Promise.race([fn(), timeout]);
-    console.log(`ok ${name}`);
-    return value;
-  } catch (err) {
-    if (err instanceof Skip) {
-      console.log(`skip ${name}: ${err.message}`);
-      return undefined;
-    }
-    console.log(`FAIL ${name}: ${describe(err)}`);
-    for (const c of cleanups.reverse()) {
-      await Promise.race([c(), new Promise((r) => setTimeout(r, 10_000))]).catch(() => {});
-    }
-    process.exit(1);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-export function check(cond, msg) {
-  if (!cond) throw new Error(msg);
-}
-
-export function eq(got, want, what) {
-  if (got !== want) throw new Error(`${what}: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
-}
-
-// expectReject runs fn, which must throw; it returns the error.
-export async function expectReject(fn, what) {
-  try {
-    await fn();
-  } catch (err) {
-    return err;
-  }
-  throw new Error(`${what}: did not fail`);
-}
-
-export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
