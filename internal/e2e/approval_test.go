@@ -71,7 +71,7 @@ except tools.ToolError as e:
 			}
 			if len(pending) == 1 {
 				p := pending[0]
-				if p.Tool != "refund" || p.Sandbox != sb.ID || !strings.Contains(string(p.Args), "[redacted]") || strings.Contains(string(p.Args), "4111") {
+				if p.Tool != "refund" || p.Sandbox != sb.ID || !strings.Contains(string(p.Args), "[redacted]") || strings.Contains(string(p.Args), "4111-1111") {
 					t.Errorf("pending approval %+v (args %s)", p, p.Args)
 				}
 				if _, err := d.C.DecideApproval(ctx, p.ID, approve, reason); err != nil {
@@ -114,7 +114,7 @@ except tools.ToolError as e:
 			continue // the exec's record holds the command as sent
 		}
 		got[r.Action+" "+r.Outcome+" "+det.Stage]++
-		if strings.Contains(string(r.Details), "4111") {
+		if strings.Contains(string(r.Details), "4111-1111") {
 			t.Errorf("a redacted argument is on the record: %s %s", r.Action, r.Details)
 		}
 	}
