@@ -1,0 +1,31 @@
+// @airlock-sandbox/sdk: the TypeScript SDK of Airlock's REST API (v1).
+
+export { Airlock } from "./airlock.js";
+export type { AirlockOptions, FileData, FileOptions, RunOptions } from "./airlock.js";
+export type { CallOptions } from "./http.js";
+export {
+  AirlockError,
+  AlreadyExistsError,
+  BadGatewayError,
+  CanceledError,
+  ConnectionError,
+  FailedPreconditionError,
+  InternalError,
+  InvalidArgumentError,
+  MethodNotAllowedError,
+  NotFoundError,
+  NotSupportedError,
+  PermissionDeniedError,
+  RateLimitedError,
+  RequestTooLargeError,
+  ResourceExhaustedError,
+  ResponseTooLargeError,
+  RetryableError,
+  TimeoutError,
+  UnauthenticatedError,
+  UnavailableError,
+  UnsupportedMediaTypeError,
+  UpgradeRequiredError,
+} from "./errors.js";
+export type { ErrorCode } from "./errors.js";
+export type * from "./types.js";
