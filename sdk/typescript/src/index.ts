@@ -3,6 +3,8 @@
 export { Airlock } from "./airlock.js";
 export type { AirlockOptions, FileData, FileOptions, RunOptions } from "./airlock.js";
 export type { CallOptions } from "./http.js";
+export { AnthropicExecutor, anthropicTools } from "./anthropic.js";
+export type { AnthropicExecutorOptions, AnthropicMessageLike, AnthropicToolResultBlock, AnthropicToolUseBlock } from "./anthropic.js";
 export {
   AirlockError,
   AlreadyExistsError,
