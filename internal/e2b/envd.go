@@ -15,8 +15,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/airlock-sandbox/airlock/client"
-	"github.com/airlock-sandbox/airlock/internal/e2b/envdpb"
-	"github.com/airlock-sandbox/airlock/internal/e2b/envdpb/envdpbconnect"
+	filesystempb "github.com/airlock-sandbox/airlock/gen/filesystem"
+	"github.com/airlock-sandbox/airlock/gen/filesystem/filesystempbconnect"
+	processpb "github.com/airlock-sandbox/airlock/gen/process"
+	"github.com/airlock-sandbox/airlock/gen/process/processpbconnect"
 )
 
 // Bounds of the envd services.
@@ -52,16 +54,16 @@ type envd struct {
 }
 
 var (
-	_ envdpbconnect.ProcessHandler    = (*envd)(nil)
-	_ envdpbconnect.FilesystemHandler = (*envd)(nil)
+	_ processpbconnect.ProcessHandler       = (*envd)(nil)
+	_ filesystempbconnect.FilesystemHandler = (*envd)(nil)
 )
 
 // connectHandlers are the services' HTTP handlers, by path prefix.
 func connectHandlers(e *envd) *http.ServeMux {
 	mux := http.NewServeMux()
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(8 << 20)}
-	mux.Handle(envdpbconnect.NewProcessHandler(e, opts...))
-	mux.Handle(envdpbconnect.NewFilesystemHandler(e, opts...))
+	mux.Handle(processpbconnect.NewProcessHandler(e, opts...))
+	mux.Handle(filesystempbconnect.NewFilesystemHandler(e, opts...))
 	return mux
 }
 
@@ -139,12 +141,12 @@ func keepalive(h http.Header) time.Duration {
 // keepalives while it is quiet.
 type events struct {
 	mu   sync.Mutex
-	send func(*envdpb.ProcessEvent) error
+	send func(*processpb.ProcessEvent) error
 	err  error
 	pty  bool // the output is a terminal's
 }
 
-func (e *events) emit(ev *envdpb.ProcessEvent) error {
+func (e *events) emit(ev *processpb.ProcessEvent) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.err == nil {
@@ -154,24 +156,24 @@ func (e *events) emit(ev *envdpb.ProcessEvent) error {
 }
 
 func (e *events) output(s client.Stream, b []byte) error {
-	data := &envdpb.ProcessEvent_DataEvent{}
+	data := &processpb.ProcessEvent_DataEvent{}
 	if e.pty {
-		data.Output = &envdpb.ProcessEvent_DataEvent_Pty{Pty: b}
+		data.Output = &processpb.ProcessEvent_DataEvent_Pty{Pty: b}
 	} else if s == client.Stderr {
-		data.Output = &envdpb.ProcessEvent_DataEvent_Stderr{Stderr: b}
+		data.Output = &processpb.ProcessEvent_DataEvent_Stderr{Stderr: b}
 	} else {
-		data.Output = &envdpb.ProcessEvent_DataEvent_Stdout{Stdout: b}
+		data.Output = &processpb.ProcessEvent_DataEvent_Stdout{Stdout: b}
 	}
-	return e.emit(&envdpb.ProcessEvent{Event: &envdpb.ProcessEvent_Data{Data: data}})
+	return e.emit(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_Data{Data: data}})
 }
 
 func (e *events) start(pid int) error {
-	return e.emit(&envdpb.ProcessEvent{Event: &envdpb.ProcessEvent_Start{Start: &envdpb.ProcessEvent_StartEvent{Pid: uint32(pid)}}})
+	return e.emit(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_Start{Start: &processpb.ProcessEvent_StartEvent{Pid: uint32(pid)}}})
 }
 
 // end sends the end event of res.
 func (e *events) end(res *client.ExecResult) error {
-	end := &envdpb.ProcessEvent_EndEvent{ExitCode: int32(res.ExitCode), Exited: res.Signal == 0}
+	end := &processpb.ProcessEvent_EndEvent{ExitCode: int32(res.ExitCode), Exited: res.Signal == 0}
 	switch {
 	case res.Signal != 0:
 		end.Status = "signal: " + signalName(res.Signal)
@@ -190,7 +192,7 @@ func (e *events) end(res *client.ExecResult) error {
 		msg := end.Status
 		end.Error = &msg
 	}
-	return e.emit(&envdpb.ProcessEvent{Event: &envdpb.ProcessEvent_End{End: end}})
+	return e.emit(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_End{End: end}})
 }
 
 // keep sends keepalive events every d until stop closes.
@@ -202,7 +204,7 @@ func (e *events) keep(d time.Duration, stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
-			_ = e.emit(&envdpb.ProcessEvent{Event: &envdpb.ProcessEvent_Keepalive{Keepalive: &envdpb.ProcessEvent_KeepAlive{}}})
+			_ = e.emit(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_Keepalive{Keepalive: &processpb.ProcessEvent_KeepAlive{}}})
 		}
 	}
 }
@@ -223,7 +225,7 @@ func signalName(sig int) string {
 
 // Start runs a command: Connect-Timeout-Ms (the call's deadline) is its
 // lifetime, as envd has it; it runs on when the stream ends first.
-func (*envd) Start(ctx context.Context, req *connect.Request[envdpb.StartRequest], stream *connect.ServerStream[envdpb.StartResponse]) error {
+func (*envd) Start(ctx context.Context, req *connect.Request[processpb.StartRequest], stream *connect.ServerStream[processpb.StartResponse]) error {
 	cl := callOf(ctx)
 	cfg := req.Msg.GetProcess()
 	if cfg == nil || cfg.GetCmd() == "" {
@@ -233,7 +235,7 @@ func (*envd) Start(ctx context.Context, req *connect.Request[envdpb.StartRequest
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = max(time.Until(dl), time.Second)
 	}
-	ev := &events{send: func(e *envdpb.ProcessEvent) error { return stream.Send(&envdpb.StartResponse{Event: e}) }}
+	ev := &events{send: func(e *processpb.ProcessEvent) error { return stream.Send(&processpb.StartResponse{Event: e}) }}
 	ereq := client.ExecRequest{
 		Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), User: cl.user,
 		Timeout: timeout, Background: true, Tag: req.Msg.GetTag(), KeepStdin: req.Msg.GetStdin(),
@@ -269,13 +271,13 @@ func runEvents(cl *call, ev *events, every time.Duration, fn func(context.Contex
 
 // Connect follows a running process: its start event (the pid), its
 // output from now on, its end.
-func (*envd) Connect(ctx context.Context, req *connect.Request[envdpb.ConnectRequest], stream *connect.ServerStream[envdpb.ConnectResponse]) error {
+func (*envd) Connect(ctx context.Context, req *connect.Request[processpb.ConnectRequest], stream *connect.ServerStream[processpb.ConnectResponse]) error {
 	cl := callOf(ctx)
 	pid, err := resolvePID(ctx, cl, req.Msg.GetProcess())
 	if err != nil {
 		return err
 	}
-	ev := &events{send: func(e *envdpb.ProcessEvent) error { return stream.Send(&envdpb.ConnectResponse{Event: e}) }}
+	ev := &events{send: func(e *processpb.ProcessEvent) error { return stream.Send(&processpb.ConnectResponse{Event: e}) }}
 	if err := ev.start(pid); err != nil {
 		return err
 	}
@@ -286,7 +288,7 @@ func (*envd) Connect(ctx context.Context, req *connect.Request[envdpb.ConnectReq
 
 // resolvePID finds the pid a selector names: its pid, or the process
 // started with its tag.
-func resolvePID(ctx context.Context, cl *call, sel *envdpb.ProcessSelector) (int, error) {
+func resolvePID(ctx context.Context, cl *call, sel *processpb.ProcessSelector) (int, error) {
 	if sel == nil {
 		return 0, connect.NewError(connect.CodeInvalidArgument, errors.New("process is required"))
 	}
@@ -309,18 +311,18 @@ func resolvePID(ctx context.Context, cl *call, sel *envdpb.ProcessSelector) (int
 }
 
 // List returns the running processes started through the API.
-func (*envd) List(ctx context.Context, req *connect.Request[envdpb.ListRequest]) (*connect.Response[envdpb.ListResponse], error) {
+func (*envd) List(ctx context.Context, req *connect.Request[processpb.ListRequest]) (*connect.Response[processpb.ListResponse], error) {
 	cl := callOf(ctx)
 	list, err := cl.c.ListProcesses(ctx, cl.id)
 	if err != nil {
 		return nil, cl.fail(err)
 	}
-	out := &envdpb.ListResponse{}
+	out := &processpb.ListResponse{}
 	for _, p := range list.Processes {
 		if !p.StartedByAgent || len(p.Cmd) == 0 {
 			continue
 		}
-		info := &envdpb.ProcessInfo{Pid: uint32(p.PID), Config: &envdpb.ProcessConfig{Cmd: p.Cmd[0], Args: p.Cmd[1:], Envs: map[string]string{}}}
+		info := &processpb.ProcessInfo{Pid: uint32(p.PID), Config: &processpb.ProcessConfig{Cmd: p.Cmd[0], Args: p.Cmd[1:], Envs: map[string]string{}}}
 		if p.Tag != "" {
 			tag := p.Tag
 			info.Tag = &tag
@@ -331,7 +333,7 @@ func (*envd) List(ctx context.Context, req *connect.Request[envdpb.ListRequest])
 }
 
 // SendInput writes to a process's stdin.
-func (*envd) SendInput(ctx context.Context, req *connect.Request[envdpb.SendInputRequest]) (*connect.Response[envdpb.SendInputResponse], error) {
+func (*envd) SendInput(ctx context.Context, req *connect.Request[processpb.SendInputRequest]) (*connect.Response[processpb.SendInputResponse], error) {
 	cl := callOf(ctx)
 	pid, err := resolvePID(ctx, cl, req.Msg.GetProcess())
 	if err != nil {
@@ -345,11 +347,11 @@ func (*envd) SendInput(ctx context.Context, req *connect.Request[envdpb.SendInpu
 	if err := cl.c.SendProcessInput(ctx, cl.id, pid, data, false); err != nil {
 		return nil, cl.fail(err)
 	}
-	return connect.NewResponse(&envdpb.SendInputResponse{}), nil
+	return connect.NewResponse(&processpb.SendInputResponse{}), nil
 }
 
 // StreamInput writes a client stream of input to one process.
-func (*envd) StreamInput(ctx context.Context, stream *connect.ClientStream[envdpb.StreamInputRequest]) (*connect.Response[envdpb.StreamInputResponse], error) {
+func (*envd) StreamInput(ctx context.Context, stream *connect.ClientStream[processpb.StreamInputRequest]) (*connect.Response[processpb.StreamInputResponse], error) {
 	cl := callOf(ctx)
 	pid := 0
 	for stream.Receive() {
@@ -378,11 +380,11 @@ func (*envd) StreamInput(ctx context.Context, stream *connect.ClientStream[envdp
 	if err := stream.Err(); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&envdpb.StreamInputResponse{}), nil
+	return connect.NewResponse(&processpb.StreamInputResponse{}), nil
 }
 
 // CloseStdin closes a process's stdin.
-func (*envd) CloseStdin(ctx context.Context, req *connect.Request[envdpb.CloseStdinRequest]) (*connect.Response[envdpb.CloseStdinResponse], error) {
+func (*envd) CloseStdin(ctx context.Context, req *connect.Request[processpb.CloseStdinRequest]) (*connect.Response[processpb.CloseStdinResponse], error) {
 	cl := callOf(ctx)
 	pid, err := resolvePID(ctx, cl, req.Msg.GetProcess())
 	if err != nil {
@@ -391,11 +393,11 @@ func (*envd) CloseStdin(ctx context.Context, req *connect.Request[envdpb.CloseSt
 	if err := cl.c.SendProcessInput(ctx, cl.id, pid, nil, true); err != nil {
 		return nil, cl.fail(err)
 	}
-	return connect.NewResponse(&envdpb.CloseStdinResponse{}), nil
+	return connect.NewResponse(&processpb.CloseStdinResponse{}), nil
 }
 
 // SendSignal sends SIGTERM or SIGKILL.
-func (*envd) SendSignal(ctx context.Context, req *connect.Request[envdpb.SendSignalRequest]) (*connect.Response[envdpb.SendSignalResponse], error) {
+func (*envd) SendSignal(ctx context.Context, req *connect.Request[processpb.SendSignalRequest]) (*connect.Response[processpb.SendSignalResponse], error) {
 	cl := callOf(ctx)
 	pid, err := resolvePID(ctx, cl, req.Msg.GetProcess())
 	if err != nil {
@@ -403,20 +405,20 @@ func (*envd) SendSignal(ctx context.Context, req *connect.Request[envdpb.SendSig
 	}
 	sig := "KILL"
 	switch req.Msg.GetSignal() {
-	case envdpb.Signal_SIGNAL_SIGTERM:
+	case processpb.Signal_SIGNAL_SIGTERM:
 		sig = "TERM"
-	case envdpb.Signal_SIGNAL_SIGKILL:
+	case processpb.Signal_SIGNAL_SIGKILL:
 	default:
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("signal must be SIGTERM or SIGKILL"))
 	}
 	if err := cl.c.SignalProcess(ctx, cl.id, pid, sig); err != nil {
 		return nil, cl.fail(err)
 	}
-	return connect.NewResponse(&envdpb.SendSignalResponse{}), nil
+	return connect.NewResponse(&processpb.SendSignalResponse{}), nil
 }
 
 // Update resizes a process's terminal.
-func (*envd) Update(ctx context.Context, req *connect.Request[envdpb.UpdateRequest]) (*connect.Response[envdpb.UpdateResponse], error) {
+func (*envd) Update(ctx context.Context, req *connect.Request[processpb.UpdateRequest]) (*connect.Response[processpb.UpdateResponse], error) {
 	cl := callOf(ctx)
 	pid, err := resolvePID(ctx, cl, req.Msg.GetProcess())
 	if err != nil {
@@ -424,12 +426,12 @@ func (*envd) Update(ctx context.Context, req *connect.Request[envdpb.UpdateReque
 	}
 	size := req.Msg.GetPty().GetSize()
 	if size == nil {
-		return connect.NewResponse(&envdpb.UpdateResponse{}), nil // nothing to change
+		return connect.NewResponse(&processpb.UpdateResponse{}), nil // nothing to change
 	}
 	if err := cl.c.ResizeProcess(ctx, cl.id, pid, int(size.GetCols()), int(size.GetRows())); err != nil {
 		return nil, cl.fail(err)
 	}
-	return connect.NewResponse(&envdpb.UpdateResponse{}), nil
+	return connect.NewResponse(&processpb.UpdateResponse{}), nil
 }
 
 // ---- filesystem.Filesystem ----
@@ -437,20 +439,20 @@ func (*envd) Update(ctx context.Context, req *connect.Request[envdpb.UpdateReque
 func fileOpt(cl *call) client.FileOption { return client.AsUser(cl.user) }
 
 // entryInfo is envd's EntryInfo of fi.
-func entryInfo(fi *client.FileInfo) *envdpb.EntryInfo {
-	e := &envdpb.EntryInfo{
+func entryInfo(fi *client.FileInfo) *filesystempb.EntryInfo {
+	e := &filesystempb.EntryInfo{
 		Name: fi.Name, Path: fi.Path, Size: fi.Size, Mode: fi.Mode & 0o7777,
 		Permissions: fs.FileMode(fi.Mode & 0o777).String(), Owner: ownerName(fi.UID), Group: ownerName(fi.GID),
 		ModifiedTime: timestamppb.New(fi.ModTime), Metadata: map[string]string{},
 	}
 	switch fi.Type {
 	case "file":
-		e.Type = envdpb.FileType_FILE_TYPE_FILE
+		e.Type = filesystempb.FileType_FILE_TYPE_FILE
 	case "dir":
-		e.Type = envdpb.FileType_FILE_TYPE_DIRECTORY
+		e.Type = filesystempb.FileType_FILE_TYPE_DIRECTORY
 		e.Permissions = "d" + e.Permissions[1:]
 	case "symlink":
-		e.Type = envdpb.FileType_FILE_TYPE_SYMLINK
+		e.Type = filesystempb.FileType_FILE_TYPE_SYMLINK
 		e.Permissions = "L" + e.Permissions[1:]
 		t := fi.SymlinkTarget
 		e.SymlinkTarget = &t
@@ -476,30 +478,30 @@ func legacySDK(h http.Header) bool { return h.Get("User-Agent") == "connect-pyth
 
 // legacyEntries strips entries to what a legacy SDK reads, and marks
 // the response as envd does.
-func legacyEntries(req http.Header, resp http.Header, entries ...*envdpb.EntryInfo) {
+func legacyEntries(req http.Header, resp http.Header, entries ...*filesystempb.EntryInfo) {
 	if !legacySDK(req) {
 		return
 	}
 	for _, e := range entries {
-		*e = envdpb.EntryInfo{Name: e.GetName(), Type: e.GetType(), Path: e.GetPath()}
+		*e = filesystempb.EntryInfo{Name: e.GetName(), Type: e.GetType(), Path: e.GetPath()}
 	}
 	resp.Set("X-E2b-Legacy-Sdk", "true")
 }
 
-func (*envd) Stat(ctx context.Context, req *connect.Request[envdpb.StatRequest]) (*connect.Response[envdpb.StatResponse], error) {
+func (*envd) Stat(ctx context.Context, req *connect.Request[filesystempb.StatRequest]) (*connect.Response[filesystempb.StatResponse], error) {
 	cl := callOf(ctx)
 	fi, err := cl.c.StatFile(ctx, cl.id, req.Msg.GetPath(), fileOpt(cl))
 	if err != nil {
 		return nil, cl.fail(err)
 	}
-	resp := connect.NewResponse(&envdpb.StatResponse{Entry: entryInfo(fi)})
+	resp := connect.NewResponse(&filesystempb.StatResponse{Entry: entryInfo(fi)})
 	legacyEntries(req.Header(), resp.Header(), resp.Msg.Entry)
 	return resp, nil
 }
 
 // MakeDir creates a directory and its parents; one that exists is
 // already_exists, which the SDKs read as false.
-func (*envd) MakeDir(ctx context.Context, req *connect.Request[envdpb.MakeDirRequest]) (*connect.Response[envdpb.MakeDirResponse], error) {
+func (*envd) MakeDir(ctx context.Context, req *connect.Request[filesystempb.MakeDirRequest]) (*connect.Response[filesystempb.MakeDirResponse], error) {
 	cl := callOf(ctx)
 	p := req.Msg.GetPath()
 	if fi, err := cl.c.StatFile(ctx, cl.id, p, fileOpt(cl)); err == nil {
@@ -511,24 +513,24 @@ func (*envd) MakeDir(ctx context.Context, req *connect.Request[envdpb.MakeDirReq
 	if err != nil {
 		return nil, cl.fail(err)
 	}
-	resp := connect.NewResponse(&envdpb.MakeDirResponse{Entry: entryInfo(fi)})
+	resp := connect.NewResponse(&filesystempb.MakeDirResponse{Entry: entryInfo(fi)})
 	legacyEntries(req.Header(), resp.Header(), resp.Msg.Entry)
 	return resp, nil
 }
 
-func (*envd) Move(ctx context.Context, req *connect.Request[envdpb.MoveRequest]) (*connect.Response[envdpb.MoveResponse], error) {
+func (*envd) Move(ctx context.Context, req *connect.Request[filesystempb.MoveRequest]) (*connect.Response[filesystempb.MoveResponse], error) {
 	cl := callOf(ctx)
 	fi, err := cl.c.MoveFile(ctx, cl.id, req.Msg.GetSource(), req.Msg.GetDestination(), fileOpt(cl))
 	if err != nil {
 		return nil, cl.fail(err)
 	}
-	resp := connect.NewResponse(&envdpb.MoveResponse{Entry: entryInfo(fi)})
+	resp := connect.NewResponse(&filesystempb.MoveResponse{Entry: entryInfo(fi)})
 	legacyEntries(req.Header(), resp.Header(), resp.Msg.Entry)
 	return resp, nil
 }
 
 // ListDir lists a directory to a depth (0 is 1, as envd has it).
-func (*envd) ListDir(ctx context.Context, req *connect.Request[envdpb.ListDirRequest]) (*connect.Response[envdpb.ListDirResponse], error) {
+func (*envd) ListDir(ctx context.Context, req *connect.Request[filesystempb.ListDirRequest]) (*connect.Response[filesystempb.ListDirResponse], error) {
 	cl := callOf(ctx)
 	depth := max(int(req.Msg.GetDepth()), 1)
 	p := req.Msg.GetPath()
@@ -539,7 +541,7 @@ func (*envd) ListDir(ctx context.Context, req *connect.Request[envdpb.ListDirReq
 	if err != nil {
 		return nil, cl.fail(err)
 	}
-	out := &envdpb.ListDirResponse{Entries: make([]*envdpb.EntryInfo, 0, len(entries))}
+	out := &filesystempb.ListDirResponse{Entries: make([]*filesystempb.EntryInfo, 0, len(entries))}
 	for i := range entries {
 		out.Entries = append(out.Entries, entryInfo(&entries[i]))
 	}
@@ -548,29 +550,29 @@ func (*envd) ListDir(ctx context.Context, req *connect.Request[envdpb.ListDirReq
 	return resp, nil
 }
 
-func (*envd) Remove(ctx context.Context, req *connect.Request[envdpb.RemoveRequest]) (*connect.Response[envdpb.RemoveResponse], error) {
+func (*envd) Remove(ctx context.Context, req *connect.Request[filesystempb.RemoveRequest]) (*connect.Response[filesystempb.RemoveResponse], error) {
 	cl := callOf(ctx)
 	if err := cl.c.RemoveFile(ctx, cl.id, req.Msg.GetPath(), true, fileOpt(cl)); err != nil {
 		return nil, cl.fail(err)
 	}
-	return connect.NewResponse(&envdpb.RemoveResponse{}), nil
+	return connect.NewResponse(&filesystempb.RemoveResponse{}), nil
 }
 
 // eventType is envd's type of a watch change.
-func eventType(op string) envdpb.EventType {
+func eventType(op string) filesystempb.EventType {
 	switch op {
 	case "create":
-		return envdpb.EventType_EVENT_TYPE_CREATE
+		return filesystempb.EventType_EVENT_TYPE_CREATE
 	case "write":
-		return envdpb.EventType_EVENT_TYPE_WRITE
+		return filesystempb.EventType_EVENT_TYPE_WRITE
 	case "remove":
-		return envdpb.EventType_EVENT_TYPE_REMOVE
+		return filesystempb.EventType_EVENT_TYPE_REMOVE
 	case "rename":
-		return envdpb.EventType_EVENT_TYPE_RENAME
+		return filesystempb.EventType_EVENT_TYPE_RENAME
 	case "chmod":
-		return envdpb.EventType_EVENT_TYPE_CHMOD
+		return filesystempb.EventType_EVENT_TYPE_CHMOD
 	}
-	return envdpb.EventType_EVENT_TYPE_UNSPECIFIED
+	return filesystempb.EventType_EVENT_TYPE_UNSPECIFIED
 }
 
 // watchRoot is the absolute path of the directory a watch names, for
@@ -587,22 +589,22 @@ func watchRoot(ctx context.Context, cl *call, p string) (string, error) {
 }
 
 // fsEvent is envd's event of a change under root.
-func fsEvent(root string, ev client.WatchEvent) *envdpb.FilesystemEvent {
+func fsEvent(root string, ev client.WatchEvent) *filesystempb.FilesystemEvent {
 	name := strings.TrimPrefix(strings.TrimPrefix(ev.Path, root), "/")
-	return &envdpb.FilesystemEvent{Name: name, Type: eventType(ev.Op)}
+	return &filesystempb.FilesystemEvent{Name: name, Type: eventType(ev.Op)}
 }
 
 // WatchDir streams the changes under a directory: a start event, then
 // one per change, with keepalives, until the call's deadline (E2B's
 // timeoutMs) or the client goes.
-func (*envd) WatchDir(ctx context.Context, req *connect.Request[envdpb.WatchDirRequest], stream *connect.ServerStream[envdpb.WatchDirResponse]) error {
+func (*envd) WatchDir(ctx context.Context, req *connect.Request[filesystempb.WatchDirRequest], stream *connect.ServerStream[filesystempb.WatchDirResponse]) error {
 	cl := callOf(ctx)
 	root, err := watchRoot(ctx, cl, req.Msg.GetPath())
 	if err != nil {
 		return err
 	}
 	var mu sync.Mutex
-	send := func(r *envdpb.WatchDirResponse) error {
+	send := func(r *filesystempb.WatchDirResponse) error {
 		mu.Lock()
 		defer mu.Unlock()
 		return stream.Send(r)
@@ -611,7 +613,7 @@ func (*envd) WatchDir(ctx context.Context, req *connect.Request[envdpb.WatchDirR
 	var wg sync.WaitGroup
 	defer func() { close(stop); wg.Wait() }()
 	err = cl.c.WatchDir(ctx, cl.id, root, req.Msg.GetRecursive(), func() {
-		_ = send(&envdpb.WatchDirResponse{Event: &envdpb.WatchDirResponse_Start{Start: &envdpb.WatchDirResponse_StartEvent{}}})
+		_ = send(&filesystempb.WatchDirResponse{Event: &filesystempb.WatchDirResponse_Start{Start: &filesystempb.WatchDirResponse_StartEvent{}}})
 		every := keepalive(req.Header())
 		wg.Go(func() {
 			t := time.NewTicker(every)
@@ -621,12 +623,12 @@ func (*envd) WatchDir(ctx context.Context, req *connect.Request[envdpb.WatchDirR
 				case <-stop:
 					return
 				case <-t.C:
-					_ = send(&envdpb.WatchDirResponse{Event: &envdpb.WatchDirResponse_Keepalive{Keepalive: &envdpb.WatchDirResponse_KeepAlive{}}})
+					_ = send(&filesystempb.WatchDirResponse{Event: &filesystempb.WatchDirResponse_Keepalive{Keepalive: &filesystempb.WatchDirResponse_KeepAlive{}}})
 				}
 			}
 		})
 	}, func(ev client.WatchEvent) error {
-		return send(&envdpb.WatchDirResponse{Event: &envdpb.WatchDirResponse_Filesystem{Filesystem: fsEvent(root, ev)}})
+		return send(&filesystempb.WatchDirResponse{Event: &filesystempb.WatchDirResponse_Filesystem{Filesystem: fsEvent(root, ev)}})
 	}, fileOpt(cl))
 	if err != nil && ctx.Err() != nil {
 		return nil // the call's deadline: the watch's end
@@ -639,7 +641,7 @@ func (*envd) WatchDir(ctx context.Context, req *connect.Request[envdpb.WatchDirR
 
 // CreateWatcher starts a watch whose events are kept for polling (for
 // clients that cannot hold a stream), once it is in place.
-func (e *envd) CreateWatcher(ctx context.Context, req *connect.Request[envdpb.CreateWatcherRequest]) (*connect.Response[envdpb.CreateWatcherResponse], error) {
+func (e *envd) CreateWatcher(ctx context.Context, req *connect.Request[filesystempb.CreateWatcherRequest]) (*connect.Response[filesystempb.CreateWatcherResponse], error) {
 	cl := callOf(ctx)
 	root, err := watchRoot(ctx, cl, req.Msg.GetPath())
 	if err != nil {
@@ -649,22 +651,22 @@ func (e *envd) CreateWatcher(ctx context.Context, req *connect.Request[envdpb.Cr
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&envdpb.CreateWatcherResponse{WatcherId: id}), nil
+	return connect.NewResponse(&filesystempb.CreateWatcherResponse{WatcherId: id}), nil
 }
 
 // GetWatcherEvents returns, and forgets, the events a watcher kept.
-func (e *envd) GetWatcherEvents(ctx context.Context, req *connect.Request[envdpb.GetWatcherEventsRequest]) (*connect.Response[envdpb.GetWatcherEventsResponse], error) {
+func (e *envd) GetWatcherEvents(ctx context.Context, req *connect.Request[filesystempb.GetWatcherEventsRequest]) (*connect.Response[filesystempb.GetWatcherEventsResponse], error) {
 	evs, err := e.watchers.take(callOf(ctx), req.Msg.GetWatcherId())
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&envdpb.GetWatcherEventsResponse{Events: evs}), nil
+	return connect.NewResponse(&filesystempb.GetWatcherEventsResponse{Events: evs}), nil
 }
 
 // RemoveWatcher stops a watcher.
-func (e *envd) RemoveWatcher(ctx context.Context, req *connect.Request[envdpb.RemoveWatcherRequest]) (*connect.Response[envdpb.RemoveWatcherResponse], error) {
+func (e *envd) RemoveWatcher(ctx context.Context, req *connect.Request[filesystempb.RemoveWatcherRequest]) (*connect.Response[filesystempb.RemoveWatcherResponse], error) {
 	if err := e.watchers.remove(callOf(ctx), req.Msg.GetWatcherId()); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&envdpb.RemoveWatcherResponse{}), nil
+	return connect.NewResponse(&filesystempb.RemoveWatcherResponse{}), nil
 }

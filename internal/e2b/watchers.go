@@ -13,7 +13,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/airlock-sandbox/airlock/client"
-	"github.com/airlock-sandbox/airlock/internal/e2b/envdpb"
+	filesystempb "github.com/airlock-sandbox/airlock/gen/filesystem"
 )
 
 // Bounds of the polled watchers.
@@ -47,7 +47,7 @@ type watcher struct {
 	cancel      context.CancelFunc
 
 	mu       sync.Mutex
-	events   []*envdpb.FilesystemEvent
+	events   []*filesystempb.FilesystemEvent
 	overflow bool
 	err      error // why the watch ended, once it did
 	polled   time.Time
@@ -150,7 +150,7 @@ func (ws *watchers) get(cl *call, id string) (*watcher, error) {
 
 // take returns and clears the events of cl's watcher id; a watcher
 // whose watch ended, or that dropped events, fails (and is removed).
-func (ws *watchers) take(cl *call, id string) ([]*envdpb.FilesystemEvent, error) {
+func (ws *watchers) take(cl *call, id string) ([]*filesystempb.FilesystemEvent, error) {
 	w, err := ws.get(cl, id)
 	if err != nil {
 		return nil, err
@@ -171,7 +171,7 @@ func (ws *watchers) take(cl *call, id string) ([]*envdpb.FilesystemEvent, error)
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("watcher %s: %v", id, werr))
 	}
 	if evs == nil {
-		evs = []*envdpb.FilesystemEvent{}
+		evs = []*filesystempb.FilesystemEvent{}
 	}
 	return evs, nil
 }

@@ -19,8 +19,10 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/airlock-sandbox/airlock/client"
-	"github.com/airlock-sandbox/airlock/internal/e2b/envdpb"
-	"github.com/airlock-sandbox/airlock/internal/e2b/envdpb/envdpbconnect"
+	filesystempb "github.com/airlock-sandbox/airlock/gen/filesystem"
+	"github.com/airlock-sandbox/airlock/gen/filesystem/filesystempbconnect"
+	processpb "github.com/airlock-sandbox/airlock/gen/process"
+	"github.com/airlock-sandbox/airlock/gen/process/processpbconnect"
 )
 
 // sdkDir holds the E2B SDK suites and their pinned npm packages.
@@ -142,7 +144,7 @@ func TestE2BBench(t *testing.T) {
 	// process.Process/Start over Connect JSON), alternating.
 	ctx := ctxT(t, 3*time.Minute)
 	hc := &http.Client{Timeout: time.Minute}
-	pc := envdpbconnect.NewProcessClient(hc, env.url, connect.WithProtoJSON())
+	pc := processpbconnect.NewProcessClient(hc, env.url, connect.WithProtoJSON())
 	var apiCreate, apiExec, e2bCreate, e2bStart []time.Duration
 	const rounds = 20
 	for range rounds {
@@ -174,7 +176,7 @@ func TestE2BBench(t *testing.T) {
 			t.Fatalf("create: %d %v", resp.StatusCode, err)
 		}
 		t1 = time.Now()
-		sreq := connect.NewRequest(&envdpb.StartRequest{Process: &envdpb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "echo hi"}}})
+		sreq := connect.NewRequest(&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "echo hi"}}})
 		sreq.Header().Set("E2b-Sandbox-Id", created.SandboxID)
 		sreq.Header().Set("E2b-Sandbox-Port", "49983")
 		sreq.Header().Set("X-Access-Token", env.key)
@@ -327,21 +329,21 @@ func TestE2BWire(t *testing.T) {
 		h.Set("X-Access-Token", key)
 	}
 	// The binary codec (connect-go's default).
-	fs := envdpbconnect.NewFilesystemClient(hc, env.url)
-	mk := connect.NewRequest(&envdpb.MakeDirRequest{Path: "/tmp/w"})
+	fs := filesystempbconnect.NewFilesystemClient(hc, env.url)
+	mk := connect.NewRequest(&filesystempb.MakeDirRequest{Path: "/tmp/w"})
 	hdr(mk.Header(), env.key)
 	if _, err := fs.MakeDir(ctx, mk); err != nil {
 		t.Fatal(err)
 	}
-	st := connect.NewRequest(&envdpb.StatRequest{Path: "/tmp/w"})
+	st := connect.NewRequest(&filesystempb.StatRequest{Path: "/tmp/w"})
 	hdr(st.Header(), env.key)
 	res, err := fs.Stat(ctx, st)
-	if err != nil || res.Msg.GetEntry().GetType() != envdpb.FileType_FILE_TYPE_DIRECTORY || res.Msg.GetEntry().GetPath() != "/tmp/w" {
+	if err != nil || res.Msg.GetEntry().GetType() != filesystempb.FileType_FILE_TYPE_DIRECTORY || res.Msg.GetEntry().GetPath() != "/tmp/w" {
 		t.Fatalf("binary Stat: %v %v", res, err)
 	}
 
 	// A polled watcher sees a write, once.
-	cw := connect.NewRequest(&envdpb.CreateWatcherRequest{Path: "/tmp/w", Recursive: true})
+	cw := connect.NewRequest(&filesystempb.CreateWatcherRequest{Path: "/tmp/w", Recursive: true})
 	hdr(cw.Header(), env.key)
 	w, err := fs.CreateWatcher(ctx, cw)
 	if err != nil {
@@ -351,8 +353,8 @@ func TestE2BWire(t *testing.T) {
 	if _, err := env.d.C.WriteFile(ctx, sb.ID, "/tmp/w/sub.txt", strings.NewReader("x")); err != nil {
 		t.Fatal(err)
 	}
-	poll := func(key string) (*connect.Response[envdpb.GetWatcherEventsResponse], error) {
-		g := connect.NewRequest(&envdpb.GetWatcherEventsRequest{WatcherId: id})
+	poll := func(key string) (*connect.Response[filesystempb.GetWatcherEventsResponse], error) {
+		g := connect.NewRequest(&filesystempb.GetWatcherEventsRequest{WatcherId: id})
 		hdr(g.Header(), key)
 		return fs.GetWatcherEvents(ctx, g)
 	}
@@ -379,7 +381,7 @@ func TestE2BWire(t *testing.T) {
 	if _, err := poll(other); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("another tenant polls the watcher: %v", err)
 	}
-	rm := connect.NewRequest(&envdpb.RemoveWatcherRequest{WatcherId: id})
+	rm := connect.NewRequest(&filesystempb.RemoveWatcherRequest{WatcherId: id})
 	hdr(rm.Header(), env.key)
 	if _, err := fs.RemoveWatcher(ctx, rm); err != nil {
 		t.Fatal(err)
