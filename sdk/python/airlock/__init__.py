@@ -16,6 +16,8 @@ subclasses of airlock.AirlockError, one per API error code.
 """
 
 from .aio import AsyncClient, AsyncCodeStream, AsyncExecStream, AsyncFileReader, AsyncWatchStream
+from .anthropic import ANTHROPIC_TOOLS, PROGRAM_TOOL, AnthropicExecutor, AsyncAnthropicExecutor
+from .openai import OPENAI_TOOLS, AsyncOpenAIExecutor, OpenAIExecutor
 from .client import DEFAULT_TIMEOUT, Client, CodeStream, ExecStream, FileReader, ToolFunc, WatchStream
 from .errors import (AirlockError, AlreadyExistsError, APIConnectionError, BadGatewayError, CanceledError,
                      ConflictError, FailedPreconditionError, InternalError, InvalidArgumentError, NotFoundError,
@@ -31,6 +33,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client", "AsyncClient", "DEFAULT_TIMEOUT", "ToolFunc",
+    "AnthropicExecutor", "AsyncAnthropicExecutor", "ANTHROPIC_TOOLS", "PROGRAM_TOOL",
+    "OpenAIExecutor", "AsyncOpenAIExecutor", "OPENAI_TOOLS",
     "ExecStream", "CodeStream", "WatchStream", "FileReader",
     "AsyncExecStream", "AsyncCodeStream", "AsyncWatchStream", "AsyncFileReader",
     "AirlockError", "InvalidArgumentError", "UnauthenticatedError", "PermissionDeniedError", "NotFoundError",

@@ -172,6 +172,9 @@ export interface RunOptions extends CallOptions {
   onToolCall?: (call: ToolCallTrace) => void;
 }
 
+/** The transport of a client, for the SDK's own modules (not exported from the package). */
+export let transportOf: (a: Airlock) => Transport;
+
 /**
  * A client of one Airlock server with one API key. Every method takes
  * CallOptions (an AbortSignal and a timeout) as its last argument, and
@@ -186,6 +189,9 @@ export interface RunOptions extends CallOptions {
  */
 export class Airlock {
   readonly #t: Transport;
+  static {
+    transportOf = (a) => a.#t;
+  }
 
   constructor(opts: AirlockOptions = {}) {
     const url = opts.url ?? envVar("AIRLOCK_URL") ?? "http://127.0.0.1:7070";

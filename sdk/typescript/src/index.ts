@@ -3,8 +3,12 @@
 export { Airlock } from "./airlock.js";
 export type { AirlockOptions, FileData, FileOptions, RunOptions } from "./airlock.js";
 export type { CallOptions } from "./http.js";
-export { AnthropicExecutor, anthropicTools } from "./anthropic.js";
+export { AnthropicExecutor, anthropicProgramTool, anthropicTools } from "./anthropic.js";
 export type { AnthropicExecutorOptions, AnthropicMessageLike, AnthropicToolResultBlock, AnthropicToolUseBlock } from "./anthropic.js";
+export { AirlockSandbox } from "./deepagents.js";
+export type { AirlockSandboxOptions, BaseSandboxClass } from "./deepagents.js";
+export { AirlockEditor, AirlockShell, OpenAIExecutor, openaiTools, runProgramToolName } from "./openai.js";
+export type { AgentsPatchOperation, AgentsPatchResult, AgentsShellAction, AgentsShellOutput, OpenAIExecutorOptions, OpenAIOutputItem, OpenAIResponseLike, OpenAIShellCommandOutput, OpenAIToolCaller, OpenAIToolCallsResult, OpenAIToolOutputItem } from "./openai.js";
 export {
   AirlockError,
   AlreadyExistsError,

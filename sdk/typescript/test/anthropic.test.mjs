@@ -1,7 +1,9 @@
 // The Anthropic tool executor against a real daemon (AIRLOCK_URL,
-// AIRLOCK_API_KEY): the text editor's edge cases, the persistent bash
-// session, and a full agent loop of the real @anthropic-ai/sdk against a
-// scripted Messages API server on loopback.
+// AIRLOCK_API_KEY): the daemon runs the tools
+// (internal/toolexec/anthropic), so these are its tests too: the text
+// editor's edge cases, the persistent bash session and its isolation per
+// session, the program tool, and a full agent loop of the real
+// @anthropic-ai/sdk against a scripted Messages API server on loopback.
 
 import assert from "node:assert/strict";
 import http from "node:http";
@@ -9,7 +11,7 @@ import { after, before, describe, test } from "node:test";
 
 import Anthropic from "@anthropic-ai/sdk";
 
-import { Airlock, AnthropicExecutor, InvalidArgumentError, anthropicTools } from "../dist/index.js";
+import { Airlock, AnthropicExecutor, InvalidArgumentError, NotFoundError, anthropicTools } from "../dist/index.js";
 
 const airlock = new Airlock();
 let sb;
@@ -186,11 +188,14 @@ describe("results", () => {
     assert.equal(rs[2].is_error, undefined, rs[2].content);
     assert.equal(rs[3].is_error, true);
     assert.deepEqual(
-      anthropicTools.map((t) => `${t.type}/${t.name}`),
-      ["bash_20250124/bash", "text_editor_20250728/str_replace_based_edit_tool"],
+      anthropicTools.map((t) => `${t.type ?? "custom"}/${t.name}`),
+      ["bash_20250124/bash", "text_editor_20250728/str_replace_based_edit_tool", "custom/airlock_run_program"],
     );
     assert.equal(AnthropicExecutor.tools, anthropicTools);
     await assert.rejects(ex.runToolUses({}), InvalidArgumentError);
+    // The sandbox itself missing is the API's error, not a tool result.
+    const gone = new AnthropicExecutor(airlock, "sb-aaaaaaaaaaaaaaaa");
+    await assert.rejects(gone.runToolUses({ content: [use("bash", { command: "true" })] }), NotFoundError);
     assert.throws(() => new AnthropicExecutor(airlock, ""), InvalidArgumentError);
     assert.throws(() => new AnthropicExecutor(airlock, sb.id, { sessionId: "a b" }), InvalidArgumentError);
   });
@@ -271,6 +276,84 @@ describe("bash", () => {
   });
 });
 
+describe("sessions and programs", () => {
+  test("two executors with different sessions do not share shell state", async () => {
+    const a = new AnthropicExecutor(airlock, sb.id, { sessionId: "iso-a" });
+    const b = new AnthropicExecutor(airlock, sb.id);
+    const a2 = new AnthropicExecutor(airlock, sb.id, { sessionId: "iso-a" });
+    try {
+      assert.equal((await bash({ command: "cd /tmp && export ISO=from-a" }, a)).content, "(no output)");
+      assert.equal((await bash({ command: 'pwd; echo "[$ISO]"' }, b)).content, `${home}\n[]\n`);
+      assert.equal((await bash({ command: 'pwd; echo "[$ISO]"' }, a)).content, "/tmp\n[from-a]\n");
+      // The same key, sandbox and session name is the same conversation.
+      assert.equal((await bash({ command: 'echo "[$ISO]"' }, a2)).content, "[from-a]\n");
+      // Concurrent uses of one session run one after the other.
+      const [x, y] = await Promise.all([
+        bash({ command: "echo one > /tmp/iso-order; sleep 0.3; cat /tmp/iso-order" }, a),
+        bash({ command: "echo two > /tmp/iso-order; cat /tmp/iso-order" }, a2),
+      ]);
+      assert.deepEqual([x.content, y.content].sort(), ["one\n", "two\n"]);
+    } finally {
+      await a.close();
+      await b.close();
+    }
+    const { processes } = await airlock.processes.list(sb.id);
+    assert.ok(!processes.some((p) => p.tag === "anthropic-bash-iso-a" || p.tag === `anthropic-bash-${b.sessionId}`));
+  });
+
+  test("the program tool runs a program through /run and reports how it ended", async () => {
+    const py = await one("airlock_run_program", { language: "python", code: "import sys\nprint(sum(range(10)))\nprint('warn', file=sys.stderr)" });
+    assert.equal(py.is_error, undefined, py.content);
+    assert.equal(py.content, "45\n[stderr]\nwarn\n");
+    const sh = await one("airlock_run_program", { language: "bash", code: "echo hi; exit 4" });
+    assert.equal(sh.content, "hi\n[exit status 4]");
+    const slow = await one("airlock_run_program", { language: "bash", code: "sleep 30", timeout_s: 1 });
+    assert.match(slow.content, /killed at its timeout/);
+    const bad = await one("airlock_run_program", { language: "cobol", code: "x" });
+    assert.equal(bad.is_error, true);
+    assert.match(bad.content, /must be one of python, javascript, bash/);
+  });
+});
+
+describe("command policy", () => {
+  test("in a sandbox with a command policy each command is the API's exec: judged, asked, audited", async () => {
+    const pol = await airlock.sandboxes.create({
+      metadata: { suite: "tssdk-anthropic-policy" },
+      timeoutS: 300,
+      commandPolicy: { default: "allow", rules: [{ action: "deny", prefix: ["rm"] }, { action: "ask", prefix: ["git"] }] },
+    });
+    const pex = new AnthropicExecutor(airlock, pol.id, { sessionId: "policy" });
+    try {
+      const ok = await bash({ command: "echo hi; echo err >&2" }, pex);
+      assert.equal(ok.is_error, undefined, ok.content);
+      assert.match(ok.content, /^hi\nerr\n\[this sandbox has a command policy: each command runs on its own/);
+      // A denied command, even inside a list, never runs.
+      const denied = await bash({ command: "touch /tmp/kept && rm -f /tmp/kept" }, pex);
+      assert.equal(denied.is_error, true);
+      assert.match(denied.content, /command policy denies/);
+      assert.equal((await airlock.exec(pol.id, { command: "test -e /tmp/kept || echo absent" })).stdout, "absent\n");
+      // ask waits for a person in the approval queue, then runs.
+      const asked = bash({ command: "git --version >/dev/null 2>&1; echo asked-ran" }, pex);
+      let approval;
+      for (let i = 0; i < 100 && !approval; i++) {
+        approval = (await airlock.approvals.list({ state: "pending" })).find((a) => a.sandbox === pol.id && a.tool === "exec");
+        if (!approval) await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.ok(approval, "the ask reached the approval queue");
+      await airlock.approvals.decide(approval.id, { approve: true, reason: "test" });
+      const r = await asked;
+      assert.equal(r.is_error, undefined, r.content);
+      assert.match(r.content, /^asked-ran\n/);
+      // No shell was kept.
+      const { processes } = await airlock.processes.list(pol.id);
+      assert.ok(!processes.some((p) => p.tag === "anthropic-bash-policy"));
+    } finally {
+      await pex.close();
+      await airlock.sandboxes.delete(pol.id);
+    }
+  });
+});
+
 /**
  * A scripted Messages API: each turn checks the request it gets (the
  * tool results the loop sent back) and answers with the next message.
@@ -325,15 +408,15 @@ function lastResults(msg) {
 }
 
 describe("agent loop", () => {
-  test("the real @anthropic-ai/sdk against a scripted model: write, run, fix, run, answer", async () => {
+  test("the real @anthropic-ai/sdk against a scripted model: write, run, fix, run, a program, answer", async () => {
     const agentEx = new AnthropicExecutor(airlock, sb.id, { sessionId: "agent-loop" });
     const script = `${home}/agent/stats.py`;
     const broken = "import sys\nnums = [int(a) for a in sys.argv[1:]]\nprint('mean:', sum(nums) / len(num))\n";
     const { server, seen, failures } = scriptedServer([
       (msg) => {
         assert.deepEqual(
-          msg.tools.map((t) => t.type),
-          ["bash_20250124", "text_editor_20250728"],
+          msg.tools.map((t) => t.name),
+          ["bash", "str_replace_based_edit_tool", "airlock_run_program"],
         );
         assert.equal(msg.messages.length, 1);
         return [
@@ -363,6 +446,20 @@ describe("agent loop", () => {
         assert.match(rs.get("toolu_fix").content, /has been edited/);
         assert.equal(rs.get("toolu_run2").content, "mean: 5.0\n");
         assert.equal(rs.get("toolu_run2").is_error, undefined);
+        // A program checks the result over more inputs.
+        return [
+          {
+            type: "tool_use",
+            id: "toolu_prog",
+            name: "airlock_run_program",
+            input: { language: "bash", code: `cd ${home}/agent && for a in "1 2" "10 20 30"; do python3 stats.py $a; done` },
+          },
+        ];
+      },
+      (msg) => {
+        const r = lastResults(msg).get("toolu_prog");
+        assert.equal(r.is_error, undefined, r.content);
+        assert.equal(r.content, "mean: 1.5\nmean: 20.0\n");
         return [{ type: "text", text: "The mean of 2, 4 and 9 is 5.0." }];
       },
     ]);
@@ -381,7 +478,7 @@ describe("agent loop", () => {
         messages.push({ role: "user", content: await agentEx.runToolUses(res) });
       }
       assert.deepEqual(failures, []);
-      assert.equal(seen.length, 4);
+      assert.equal(seen.length, 5);
       assert.equal(final?.content[0].text, "The mean of 2, 4 and 9 is 5.0.");
       // The sandbox did the work.
       assert.equal(await airlock.files.readText(sb.id, script), broken.replace("len(num)", "len(nums)"));
