@@ -28,6 +28,7 @@ const (
 	EndExpired            = "expired"             // its timeout passed
 	EndIdle               = "idle"                // its idle timeout passed
 	EndAgentDied          = "agent_died"          // its agent (PID 1) exited, and every process with it
+	EndAgentUnhealthy     = "agent_unhealthy"     // its agent stopped answering health probes; the server ended it
 	EndAgentGone          = "agent_gone"          // its agent was gone when the server restarted
 	EndCreateInterrupted  = "create_interrupted"  // the server restarted before its create was answered
 	EndDestroyInterrupted = "destroy_interrupted" // the server restarted during its delete, then finished it
@@ -199,6 +200,32 @@ type Sandbox struct {
 	// constants); absent while it lives.
 	EndReason string `json:"end_reason,omitempty"`
 	// Error says why a failed sandbox failed.
+	Error string `json:"error,omitempty"`
+	// Health is what the server's probes of its agent found; absent
+	// before the first probe.
+	Health *Health `json:"health,omitempty"`
+}
+
+// The health statuses (Health.Status).
+const (
+	HealthHealthy   = "healthy"
+	HealthUnhealthy = "unhealthy"
+)
+
+// Health is what the server's health probes found of a sandbox's agent.
+// A sandbox is unhealthy from its first missed probe, healthy again at
+// the next answered one, and ended (end_reason agent_unhealthy) after
+// the server's limit of probes missed in a row.
+type Health struct {
+	// Status is HealthHealthy or HealthUnhealthy.
+	Status string `json:"status"`
+	// Missed counts the probes missed in a row.
+	Missed int `json:"missed"`
+	// CheckedAt is when the last probe ended; Since when Status last
+	// changed.
+	CheckedAt time.Time `json:"checked_at"`
+	Since     time.Time `json:"since"`
+	// Error says how the last missed probe failed; absent while healthy.
 	Error string `json:"error,omitempty"`
 }
 

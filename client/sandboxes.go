@@ -83,6 +83,7 @@ const (
 	EndExpired            = api.EndExpired            // its timeout passed
 	EndIdle               = api.EndIdle               // its idle timeout passed
 	EndAgentDied          = api.EndAgentDied          // its agent (PID 1) exited, and every process with it
+	EndAgentUnhealthy     = api.EndAgentUnhealthy     // its agent stopped answering health probes; the server ended it
 	EndAgentGone          = api.EndAgentGone          // its agent was gone when the server restarted
 	EndCreateInterrupted  = api.EndCreateInterrupted  // the server restarted before its create was answered
 	EndDestroyInterrupted = api.EndDestroyInterrupted // the server restarted during its delete, then finished it
@@ -115,7 +116,22 @@ type Sandbox struct {
 	EndReason string
 	// Error says why a failed sandbox failed.
 	Error string
+	// Health is what the server's probes of its agent found; nil before
+	// the first probe.
+	Health *Health
 }
+
+// Health is what the server's health probes found of a sandbox's agent:
+// unhealthy from its first missed probe, healthy again at the next
+// answered one; after the server's limit of probes missed in a row the
+// sandbox is ended (EndAgentUnhealthy).
+type Health = api.Health
+
+// The health statuses (Health.Status).
+const (
+	HealthHealthy   = api.HealthHealthy
+	HealthUnhealthy = api.HealthUnhealthy
+)
 
 // ListOptions filter ListSandboxes. Empty fields match everything.
 type ListOptions struct {
@@ -141,6 +157,7 @@ func sandboxFrom(b *api.Sandbox) *Sandbox {
 		LastActivityAt: b.LastActivityAt,
 		EndReason:      b.EndReason,
 		Error:          b.Error,
+		Health:         b.Health,
 	}
 	sb.CommandPolicy = b.CommandPolicy
 	if b.StoppedAt != nil {

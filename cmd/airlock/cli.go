@@ -138,6 +138,7 @@ const cliUsage = `usage: airlock [--url URL] COMMAND [ARG...]
   files ls [-d N] [--json] ID [PATH] | mkdir ID PATH... | rm [-r] ID PATH...
   shell [-u USER] ID [-- CMD...]        a login shell, or CMD on a terminal
   ps [--json] ID                        every process of the sandbox
+  stats [--no-stream] [--interval D] [--json] ID...   live CPU, memory, disk, network, pids
   kill [-s SIGNAL] ID PID...
   kill --all [--timeout D] [--json] ID  every process but the agent
   port [--sign [--ttl D]] [--json] ID PORT  the URL of a port of the sandbox
@@ -233,6 +234,7 @@ func (c *cli) verbs() map[string]func(context.Context, []string) (int, error) {
 		"cp":         c.cpCmd,
 		"shell":      c.shellCmd,
 		"ps":         c.psCmd,
+		"stats":      c.statsCmd,
 		"kill":       c.killCmd,
 		"port":       c.portCmd,
 		"audit":      c.auditCmd,

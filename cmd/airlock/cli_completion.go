@@ -38,6 +38,7 @@ var completions = map[string]completion{
 	"cp":         {ids: true},
 	"shell":      {ids: true},
 	"ps":         {ids: true},
+	"stats":      {ids: true},
 	"kill":       {ids: true},
 	"port":       {ids: true},
 	"code":       {ids: true},

@@ -24,7 +24,7 @@ func serve(ctx context.Context, args []string) (int, error) {
 	if err := confine.AllThreads(); err != nil {
 		return 1, errors.New("serve refuses to start: this binary was built with cgo, and each sandbox's agent (this binary) must confine all of its threads, which Go cannot do with cgo; rebuild it with CGO_ENABLED=0 (make build)")
 	}
-	log, err := daemon.NewLogger(os.Stderr, cfg.LogLevel)
+	log, err := daemon.NewLogger(os.Stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return 2, err
 	}

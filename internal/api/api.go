@@ -44,6 +44,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/auth"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/metrics"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/template/registry"
 )
@@ -265,6 +266,10 @@ type Config struct {
 	Info *Info
 	// Ready, if set, is asked by GET /readyz; nil means always ready.
 	Ready func(ctx context.Context) error
+	// Metrics, if set, counts and times every request by route and
+	// status (see observe.go) and serves GET /metrics (operator scope);
+	// without it that route answers 501 not_supported.
+	Metrics *metrics.Metrics
 	// Log receives server-side failures; nil discards.
 	Log *slog.Logger
 	// Limits caps requests; zero fields take defaults.
@@ -295,6 +300,7 @@ type Handler struct {
 	toolGateway ToolCaller
 	hostInfo    *Info
 	ready       func(ctx context.Context) error
+	metrics     *metrics.Metrics
 	log         *slog.Logger
 	lim         Limits
 	inflight    *inflight
@@ -344,6 +350,7 @@ func New(cfg Config) (*Handler, error) {
 		toolGateway: cfg.ToolGateway,
 		hostInfo:    cfg.Info,
 		ready:       cfg.Ready,
+		metrics:     cfg.Metrics,
 		log:         cfg.Log,
 		lim:         cfg.Limits.withDefaults(),
 		mux:         http.NewServeMux(),
@@ -402,7 +409,10 @@ func joinMethods(ms []string) string {
 // rest of a body the route did not read is drained for at most
 // bodyDrainTimeout, and the end of the response must be taken by the
 // client within Limits.WriteIdleTimeout.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	w := &recordWriter{ResponseWriter: rw}
+	start := time.Now()
+	defer func() { h.observed(w, r, start) }() // r as the mux served it
 	if headerBytes(r) > MaxHeaderBytes {
 		w.Header().Set("Connection", "close")
 		h.writeError(w, r, &apiError{status: http.StatusRequestHeaderFieldsTooLarge, code: CodeRequestTooLarge,
@@ -477,6 +487,7 @@ func (h *Handler) routes() []route {
 	return []route{
 		{"GET", "/healthz", "", "", h.healthz},
 		{"GET", "/readyz", "", "", h.readyz},
+		{"GET", "/metrics", auth.ScopeOperator, "", h.serveMetrics},
 		{"GET", "/v1/openapi.json", "", "", h.openAPI},
 		{"GET", "/v1/info", auth.ScopeAdmin, "", h.getInfo},
 		{"GET", "/v1/whoami", scopeAnyKey, "", h.whoami},
@@ -488,6 +499,7 @@ func (h *Handler) routes() []route {
 		{"GET", "/v1/sandboxes/{id}/network", auth.ScopeSandboxesRead, "", h.getNetwork},
 		{"PATCH", "/v1/sandboxes/{id}/network", auth.ScopeSandboxesWrite, ActionSandboxNetwork, h.setNetwork},
 		{"GET", "/v1/sandboxes/{id}/network/log", auth.ScopeAuditRead, "", h.networkLog},
+		{"GET", "/v1/sandboxes/{id}/stats", auth.ScopeSandboxesRead, "", h.getStats},
 		{"POST", "/v1/sandboxes/{id}/exec", auth.ScopeExec, ActionSandboxExec, h.exec},
 		{"PUT", "/v1/sandboxes/{id}/files", auth.ScopeFiles, ActionFileWrite, h.writeFile},
 		{"GET", "/v1/sandboxes/{id}/files", auth.ScopeFiles, "", h.readFile},

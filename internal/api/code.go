@@ -167,6 +167,7 @@ func (h *Handler) runCode(c *call) error {
 		}
 		return nil
 	})
+	h.metrics.CodeCell(cellStatus(err == nil, out.CodeEnd.Status))
 	if err != nil {
 		return err
 	}
@@ -195,7 +196,7 @@ func addCodeDetails(c *call, e wire.CodeEnd) {
 func (h *Handler) codeStream(ctx context.Context, c *call, runner CodeRunner, id string, req interp.RunRequest) error {
 	nw := &ndjsonWriter{c: c, rc: http.NewResponseController(c.w), idle: h.lim.WriteIdleTimeout}
 	defer nw.done()
-	ended := false
+	ended, status := false, ""
 	err := runner.Run(ctx, id, req, func(ev interp.Event) error {
 		switch ev.Type {
 		case interp.EventStdout, interp.EventStderr:
@@ -206,13 +207,14 @@ func (h *Handler) codeStream(ctx context.Context, c *call, runner CodeRunner, id
 			return nw.writeLine(wire.CodeErrorLine{Type: "error", CodeError: errorOf(ev.Error)})
 		case interp.EventEnd:
 			e := endOf(ev.End)
-			ended = true
+			ended, status = true, e.Status
 			addCodeDetails(c, e)
 			c.record("ok")
 			return nw.writeLine(wire.CodeEndLine{Type: "end", CodeEnd: e})
 		}
 		return nil
 	})
+	h.metrics.CodeCell(cellStatus(ended, status))
 	switch {
 	case err == nil:
 		return nil
@@ -252,6 +254,7 @@ func (h *Handler) createContext(c *call) error {
 		return err
 	}
 	ci, err := runner.CreateContext(c.r.Context(), sb.ID, interp.ContextOptions{Language: lang, Cwd: req.Cwd, Env: req.Env})
+	h.metrics.CodeContext(resultCode(err))
 	if err != nil {
 		return err
 	}

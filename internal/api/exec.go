@@ -22,6 +22,7 @@ import (
 	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/metrics"
 )
 
 // Caps on exec requests, besides Limits.
@@ -313,7 +314,9 @@ func (h *Handler) exec(c *call) error {
 	stderr := &capBuffer{max: h.lim.MaxOutputBytes}
 	areq.Stdout, areq.Stderr = stdout, stderr
 	areq.OutputLimit = uint64(h.lim.MaxOutputBytes)
+	began := time.Now()
 	res, err := h.mgr.Exec(ctx, sb.ID, areq)
+	h.metrics.Exec(metrics.ExecBuffered, execStatus(res), time.Since(began))
 	if res == nil {
 		if err == nil {
 			err = fmt.Errorf("exec: no result: %w", errdefs.ErrInternal)
@@ -332,6 +335,19 @@ func (h *Handler) exec(c *call) error {
 		return err
 	}
 	return c.writeExecResult(out, stdout.buf, stderr.buf)
+}
+
+// execStatus is the status label of an exec's result (metrics).
+func execStatus(res *agentclient.ExecResult) string {
+	if res == nil {
+		return metrics.ExecFailed
+	}
+	switch res.Status {
+	case agentclient.StatusSuccess, agentclient.StatusError, agentclient.StatusTimeout,
+		agentclient.StatusResourceExceeded, agentclient.StatusKilled:
+		return string(res.Status)
+	}
+	return "other"
 }
 
 // addExitDetails records how the process ended in the audit event.
@@ -472,9 +488,11 @@ func (h *Handler) execStream(ctx context.Context, c *call, id string, areq agent
 	stdoutW := &streamWriter{emit: emit, typ: wire.StreamStdout}
 	stderrW := &streamWriter{emit: emit, typ: wire.StreamStderr}
 	areq.Stdout, areq.Stderr = stdoutW, stderrW
+	began := time.Now()
 	p, err := h.mgr.StartProcess(ctx, id, areq)
 	if err != nil {
 		close(started)
+		h.metrics.Exec(metrics.ExecStream, metrics.ExecFailed, time.Since(began))
 		return err
 	}
 	if p.PID != 0 {
@@ -499,6 +517,7 @@ func (h *Handler) execStream(ctx context.Context, c *call, id string, areq agent
 	}
 	res, err := p.Wait()
 	wg.Wait()
+	h.metrics.Exec(metrics.ExecStream, execStatus(res), time.Since(began))
 	if res == nil {
 		if err == nil {
 			err = fmt.Errorf("exec: no result: %w", errdefs.ErrInternal)

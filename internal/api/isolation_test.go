@@ -32,6 +32,7 @@ type routeRequest struct {
 var routeRequests = map[string]routeRequest{
 	"GET /healthz":                                      {},
 	"GET /readyz":                                       {},
+	"GET /metrics":                                      {},
 	"GET /v1/info":                                      {},
 	"GET /v1/whoami":                                    {},
 	"POST /v1/sandboxes":                                {body: `{}`},
@@ -42,6 +43,7 @@ var routeRequests = map[string]routeRequest{
 	"GET /v1/sandboxes/{id}/network":                    {},
 	"PATCH /v1/sandboxes/{id}/network":                  {body: `{"mode":"none"}`},
 	"GET /v1/sandboxes/{id}/network/log":                {},
+	"GET /v1/sandboxes/{id}/stats":                      {query: "interval_ms=100"},
 	"POST /v1/sandboxes/{id}/exec":                      {body: `{"command":"echo pwned > pwned.txt"}`},
 	"PUT /v1/sandboxes/{id}/files":                      {query: "path=f.txt", body: "overwritten"},
 	"GET /v1/sandboxes/{id}/files":                      {query: "path=f.txt"},

@@ -126,6 +126,7 @@ func (h *Handler) wrap(rt route) http.Handler {
 			}
 			c.p = p
 			c.r = r.WithContext(auth.WithPrincipal(r.Context(), p))
+			setPrincipal(rw, p.TenantID, p.KeyID)
 			if rt.action != "" {
 				c.ev = audit.Event{TenantID: p.TenantID, KeyID: p.KeyID, Action: rt.action, Target: auditTarget(r.PathValue("id"))}
 			}

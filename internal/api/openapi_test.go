@@ -29,6 +29,9 @@ type openAPIDoc struct {
 type openAPIOp struct {
 	Scope  string `json:"x-airlock-scope"`
 	Action string `json:"x-airlock-audit-action"`
+	// Edge names the package that serves the operation beside the API
+	// (a client of it with the caller's key), which checks it itself.
+	Edge string `json:"x-airlock-edge"`
 }
 
 // TestOpenAPIMatchesRoutes keeps api/openapi.yaml and the route table in
@@ -57,6 +60,9 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			var op openAPIOp
 			if err := json.Unmarshal(rawOp, &op); err != nil {
 				t.Fatalf("%s %s: %v", method, path, err)
+			}
+			if op.Edge != "" {
+				continue
 			}
 			documented[strings.ToUpper(method)+" "+path] = op
 		}

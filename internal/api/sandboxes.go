@@ -142,6 +142,9 @@ func toSandboxJSON(sb sandbox.Sandbox) wire.Sandbox {
 		Error:          sb.Error,
 	}
 	out.CommandPolicy = commandPolicyJSON(sb.CmdPolicy)
+	if h := sb.Health; h.Status != "" {
+		out.Health = &wire.Health{Status: h.Status, Missed: h.Missed, CheckedAt: h.CheckedAt.UTC(), Since: h.Since.UTC(), Error: h.Error}
+	}
 	if !sb.StoppedAt.IsZero() {
 		t := sb.StoppedAt.UTC()
 		out.StoppedAt = &t

@@ -476,7 +476,9 @@ func (h *Handler) runBuild(c *call, job *registry.Job, req registry.BuildRequest
 	}
 	return h.runTemplateJob(c, templateJob{owner: req.Owner, name: req.Name, shared: req.Shared, warnings: warnings,
 		run: func(ctx context.Context, events func(registry.Event)) (registry.Detail, error) {
-			return job.Build(ctx, req, events)
+			d, err := job.Build(ctx, req, events)
+			h.metrics.TemplateBuild("build", resultCode(err))
+			return d, err
 		}})
 }
 

@@ -103,7 +103,9 @@ func (h *Handler) importTemplate(c *call) error {
 	}
 	return h.runTemplateJob(c, templateJob{owner: breq.Owner, name: name, shared: ireq.Shared,
 		run: func(ctx context.Context, events func(registry.Event)) (registry.Detail, error) {
-			return job.Import(ctx, ireq, events)
+			d, err := job.Import(ctx, ireq, events)
+			h.metrics.TemplateBuild("import", resultCode(err))
+			return d, err
 		}})
 }
 

@@ -46,6 +46,16 @@ var forbidden = map[string][]string{
 		module + "/internal/runtime", module + "/internal/store", module + "/internal/audit",
 		module + "/internal/auth", module + "/internal/gateway", module + "/internal/daemon",
 	},
+	module + "/internal/toolexec/openai": {
+		module + "/internal/api", module + "/internal/sandbox", module + "/internal/agentclient",
+		module + "/internal/runtime", module + "/internal/store", module + "/internal/audit",
+		module + "/internal/auth", module + "/internal/gateway", module + "/internal/daemon",
+	},
+	module + "/internal/toolexec/anthropic": {
+		module + "/internal/api", module + "/internal/sandbox", module + "/internal/agentclient",
+		module + "/internal/runtime", module + "/internal/store", module + "/internal/audit",
+		module + "/internal/auth", module + "/internal/gateway", module + "/internal/daemon",
+	},
 	module + "/internal/e2b": {
 		module + "/internal/api", module + "/internal/sandbox", module + "/internal/agentclient",
 		module + "/internal/runtime", module + "/internal/store", module + "/internal/audit",

@@ -32,6 +32,9 @@ type Options struct {
 	CommitTimeout time.Duration
 	// Now is the clock for events without a time. Default time.Now.
 	Now func() time.Time
+	// Observe, if set, is told of every append when it returns: how
+	// long it took and its error (metrics).
+	Observe func(took time.Duration, err error)
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -157,7 +160,15 @@ func (l *Log) Append(ctx context.Context, ev Event) error {
 // goroutine: a lone request does not pay for two goroutine handoffs to
 // and from the writer. Concurrent appends queue up for the writer, which
 // commits them together (group commit).
-func (l *Log) AppendRecord(ctx context.Context, ev Event) (Record, error) {
+func (l *Log) AppendRecord(ctx context.Context, ev Event) (rec Record, err error) {
+	if l.opts.Observe != nil {
+		began := time.Now()
+		defer func() { l.opts.Observe(time.Since(began), err) }()
+	}
+	return l.appendRecord(ctx, ev)
+}
+
+func (l *Log) appendRecord(ctx context.Context, ev Event) (Record, error) {
 	alone := l.active.Add(1) == 1
 	defer l.active.Add(-1)
 	l.preparing.Add(1)
@@ -267,6 +278,9 @@ func (l *Log) Head() store.AuditHead {
 	defer l.mu.Unlock()
 	return l.head
 }
+
+// QueueDepth is how many appends wait in the queue for the writer.
+func (l *Log) QueueDepth() int { return len(l.queue) }
 
 // Close stops accepting appends, commits those already queued and stops
 // the writer. If ctx ends first, the commit in flight is aborted and the

@@ -204,6 +204,10 @@ type Stats struct {
 	// the kernel counts them per cgroup, not per subtree, so kills in exec
 	// cgroups the agent has already removed are no longer counted.
 	OOMKills uint64
+	// MemoryLimitBytes and PidsLimit are the caps of the whole sandbox
+	// (work's limit plus the agent's allowance, see Limits), read back
+	// from the kernel; 0 when it has none.
+	MemoryLimitBytes, PidsLimit uint64
 }
 
 // Usage is what one process tree (an exec cgroup) has used. A counter the

@@ -428,6 +428,11 @@ func TestExecOOM(t *testing.T) {
 		if st.OOMKills < 1 || st.PeakMemoryBytes+slack < peak {
 			t.Errorf("Stats = %+v, want OOMKills >= 1 and peak >= %d (less %d of slack)", st, peak, slack)
 		}
+		// The whole sandbox's cap, read back: work's limit plus the
+		// agent's allowance; no pids limit was set.
+		if st.MemoryLimitBytes != (64+256)<<20 || st.PidsLimit != 0 {
+			t.Errorf("Stats limits = %d bytes, %d pids; want %d, 0", st.MemoryLimitBytes, st.PidsLimit, (64+256)<<20)
+		}
 		a.ok("new", "after") // the agent is alive
 		// The shell was reaped; the pipeline's other killed process may
 		// still be leaving the cgroup (v2 reports it populated until then).

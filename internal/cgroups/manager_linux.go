@@ -643,7 +643,26 @@ func (s *Sandbox) Stats() (Stats, error) {
 	if st.OOMKills, err = g.oomKills(); err != nil {
 		return Stats{}, err
 	}
+	if st.MemoryLimitBytes, err = g.readLimit(g.tab.memLimit); err != nil {
+		return Stats{}, err
+	}
+	if st.PidsLimit, err = g.readLimit(g.tab.pidsMax); err != nil {
+		return Stats{}, err
+	}
 	return st, nil
+}
+
+// readLimit reads the limit file f of g (see parseLimit); a file the
+// kernel does not provide reads as 0, no limit.
+func (g *group) readLimit(f ifile) (uint64, error) {
+	b, err := g.read(f)
+	if errors.Is(err, unix.ENOENT) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return parseLimit(b)
 }
 
 // cpuTime reads the CPU time of g's subtree.

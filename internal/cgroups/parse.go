@@ -40,6 +40,25 @@ func parseUint(b []byte) (uint64, error) {
 	return n, nil
 }
 
+// unlimitedV1 is where cgroup v1 memory limits start to mean "none": the
+// kernel reports no limit as PAGE_COUNTER_MAX pages, rounded to a page
+// (9223372036854771712 on 4 KiB pages).
+const unlimitedV1 = 1 << 62
+
+// parseLimit parses a limit file (memory.max, memory.limit_in_bytes,
+// pids.max): a number, or "max" for none, which reads as 0, as does a v1
+// memory limit at or above unlimitedV1.
+func parseLimit(b []byte) (uint64, error) {
+	if strings.TrimSpace(string(b)) == "max" {
+		return 0, nil
+	}
+	n, err := parseUint(b)
+	if err != nil || n >= unlimitedV1 {
+		return 0, err
+	}
+	return n, nil
+}
+
 // parseKeyed returns the value of key in a flat keyed file of "key value"
 // lines (memory.oom_control, memory.events, cpu.stat, cgroup.events).
 // found is false when the key is absent; a key present twice or with a value

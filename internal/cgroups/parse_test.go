@@ -37,6 +37,29 @@ func TestParseUint(t *testing.T) {
 	}
 }
 
+func TestParseLimit(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    uint64
+		wantErr bool
+	}{
+		{"max\n", 0, false},
+		{"536870912\n", 512 << 20, false},
+		{"256\n", 256, false},
+		{"9223372036854771712\n", 0, false}, // v1's "no limit" on 4 KiB pages
+		{"4611686018427387903\n", 4611686018427387903, false},
+		{"maximum\n", 0, true},
+		{"", 0, true},
+		{"-1\n", 0, true},
+	}
+	for _, tt := range tests {
+		got, err := parseLimit([]byte(tt.in))
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("parseLimit(%q) = %d, %v; want %d, err %v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
 func TestParseKeyed(t *testing.T) {
 	const oomControl = "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"
 	const memEvents = "low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\noom_group_kill 0\n"

@@ -48,6 +48,13 @@ type Config struct {
 	RateBurst int     `json:"rate_burst"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `json:"log_level"`
+	// LogFormat is text (slog's key=value lines) or json (one JSON
+	// object a line); either way each API request gets one line.
+	LogFormat string `json:"log_format"`
+	// MetricsListen, if set, is a TCP address serving GET /metrics
+	// without a key, for a Prometheus on a private network; the API
+	// listener serves it to operator keys either way.
+	MetricsListen string `json:"metrics_listen"`
 	// AuditCheckpointInterval is how often the daemon appends a signed
 	// checkpoint of the audit chain's head to AuditCheckpointFile (only
 	// when the head moved; also at start and shutdown); 0 exports none.
@@ -71,6 +78,12 @@ type Config struct {
 	// daemon keeps at most the latest 1000 either way. The audit log is
 	// the lasting record of every end.
 	EndedRetention Duration `json:"ended_retention"`
+	// HealthInterval is how often the agent of each running sandbox is
+	// probed (0: never); HealthFailures how many probes missed in a row
+	// end a sandbox (agent_unhealthy). The first missed probe marks it
+	// unhealthy (see sandbox's health.go for the policy).
+	HealthInterval Duration `json:"health_interval"`
+	HealthFailures int      `json:"health_failures"`
 	// PortDomain, if set, is the wildcard domain of sandbox ports: the
 	// API listener serves {port}-{id}.{PortDomain} as that port of that
 	// sandbox (see api.Config.PortDomain). Pointing *.PortDomain at the
@@ -131,6 +144,7 @@ func Defaults() Config {
 		RateLimit:       1000,
 		RateBurst:       2000,
 		LogLevel:        "info",
+		LogFormat:       "text",
 
 		AuditCheckpointInterval: Duration(5 * time.Minute),
 
@@ -139,6 +153,8 @@ func Defaults() Config {
 		ExecMemoryMB:       512,
 
 		EndedRetention: Duration(time.Hour),
+		HealthInterval: Duration(30 * time.Second),
+		HealthFailures: 3,
 
 		EgressMaxConns:    egress.DefaultMaxConns,
 		EgressIdleTimeout: Duration(egress.DefaultIdleTimeout),
@@ -268,6 +284,10 @@ var settings = []setting{
 		func(c *Config) any { return &c.RateBurst }},
 	{"log-level", "LEVEL", "debug, info, warn or error",
 		func(c *Config) any { return &c.LogLevel }},
+	{"log-format", "FORMAT", "text or json (one JSON object a line; each API request is one line with its trace or request ID)",
+		func(c *Config) any { return &c.LogFormat }},
+	{"metrics-listen", "ADDR", "address serving GET /metrics (Prometheus) without a key; keep it private (empty: none; the API serves /metrics to operator keys)",
+		func(c *Config) any { return &c.MetricsListen }},
 	{"audit-checkpoint-interval", "DURATION", "how often to append a signed audit checkpoint to the export file: 0 (never) or 1s to 24h",
 		func(c *Config) any { return &c.AuditCheckpointInterval }},
 	{"audit-checkpoint-file", "FILE", "clean absolute path the signed audit checkpoints are appended to (default <data-dir>/audit/checkpoints.jsonl); its directory must exist",
@@ -280,6 +300,10 @@ var settings = []setting{
 		func(c *Config) any { return &c.ExecMemoryMB }},
 	{"ended-retention", "DURATION", "how long ended sandboxes stay visible (stopped or failed, with why), 1s to 168h",
 		func(c *Config) any { return &c.EndedRetention }},
+	{"health-interval", "DURATION", "how often each running sandbox's agent is probed: 0 (never) or 100ms to 1h; the first missed probe marks it unhealthy",
+		func(c *Config) any { return &c.HealthInterval }},
+	{"health-failures", "N", "health probes missed in a row that end a sandbox (agent_unhealthy), 1 to 100",
+		func(c *Config) any { return &c.HealthFailures }},
 	{"port-domain", "DOMAIN", "wildcard domain of sandbox ports: {port}-{id}.DOMAIN reaches that port (empty: none)",
 		func(c *Config) any { return &c.PortDomain }},
 	{"egress-roots", "FILE", "PEM file of CA certificates trusted, besides the host's, for destinations the egress proxy adds credentials to",
@@ -481,6 +505,10 @@ func (c Config) Validate() error {
 		return bad("exec memory must be between %d and %d MiB", minExecMemoryMB, 1<<20)
 	case c.EndedRetention < Duration(time.Second) || c.EndedRetention > Duration(7*24*time.Hour):
 		return bad("ended retention must be between 1s and 168h")
+	case c.HealthInterval != 0 && (c.HealthInterval < Duration(100*time.Millisecond) || c.HealthInterval > Duration(time.Hour)):
+		return bad("health interval must be 0 (never) or between 100ms and 1h")
+	case c.HealthFailures < 1 || c.HealthFailures > 100:
+		return bad("health failures must be between 1 and 100")
 	case c.EgressRoots != "" && (!filepath.IsAbs(c.EgressRoots) || filepath.Clean(c.EgressRoots) != c.EgressRoots):
 		return bad("egress roots %q must be a clean absolute path", c.EgressRoots)
 	case c.EgressMaxConns < 1 || c.EgressMaxConns > 65536:
@@ -508,6 +536,14 @@ func (c Config) Validate() error {
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return bad("log format %q must be text or json", c.LogFormat)
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			return bad("metrics listen address %q: %v", c.MetricsListen, err)
+		}
 	}
 	return nil
 }

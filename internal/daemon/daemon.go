@@ -29,10 +29,13 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/hostcheck"
 	"github.com/airlock-sandbox/airlock/internal/interp"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
+	"github.com/airlock-sandbox/airlock/internal/metrics"
 	"github.com/airlock-sandbox/airlock/internal/runtime/backends"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/secrets"
 	"github.com/airlock-sandbox/airlock/internal/template"
+	"github.com/airlock-sandbox/airlock/internal/toolexec/anthropic"
+	"github.com/airlock-sandbox/airlock/internal/toolexec/openai"
 )
 
 // Data directory layout.
@@ -147,7 +150,17 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	}
 	defer ln.Close()
 
-	data, err := openState(ctx, cfg, log)
+	// The daemon's metrics (metrics.go), recorded from here on.
+	met := metrics.New()
+	metricsLn, err := listenMetrics(cfg)
+	if err != nil {
+		return err
+	}
+	if metricsLn != nil {
+		defer metricsLn.Close()
+	}
+
+	data, err := openState(ctx, cfg, log, met)
 	if err != nil {
 		return err
 	}
@@ -238,7 +251,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		Secrets:  secrets.NewReader(data.secrets),
 		// Each tenant's Cedar policy text, set at /v1/policies.
 		Policies: storePolicies(st),
-		Record:   toolAudit{log: auditLog, logger: log.With("component", "gateway")}.Record,
+		Record:   observeTools(met, toolAudit{log: auditLog, logger: log.With("component", "gateway")}.Record),
 		AllowUpstream: func(a netip.Addr) bool {
 			return slices.ContainsFunc(allowUpstream, func(p netip.Prefix) bool { return p.Contains(a) })
 		},
@@ -259,7 +272,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		toolResolver api.ToolResolver = toolRegistry
 	)
 	scfg := sandbox.Config{
-		Egress: sandbox.EgressConfig{Events: egressEvents.Record, Credentials: egressCreds, Limits: egress.Limits{
+		Egress: sandbox.EgressConfig{Events: observeEgress(met, egressEvents.Record), Credentials: egressCreds, Limits: egress.Limits{
 			MaxConns:             cfg.EgressMaxConns,
 			BandwidthBytesPerSec: int64(cfg.EgressBandwidth),
 			IdleTimeout:          time.Duration(cfg.EgressIdleTimeout),
@@ -270,6 +283,9 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		MaxLifetime:     time.Duration(cfg.MaxLifetime),
 		MaxConcurrent:   cfg.MaxSandboxes,
 		EndedRetention:  time.Duration(cfg.EndedRetention),
+		HealthInterval:  healthInterval(cfg.HealthInterval),
+		HealthFailures:  cfg.HealthFailures,
+		Health:          auditEnds{log: auditLog, timeout: 10 * time.Second, logger: log.With("component", "sandbox")},
 		// Every sandbox the manager ends itself (expiry, idle timeout,
 		// a dead agent, recovery) is on the audit record.
 		Ends: auditEnds{log: auditLog, timeout: 10 * time.Second, logger: log.With("component", "sandbox")},
@@ -278,6 +294,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		Records:  st,
 		Gateway:  toolCalls,
 		ToolsLib: toolsLib,
+		Metrics:  met,
 	}
 	if cfg.PoolSize > 0 {
 		scfg.PoolSize = map[string]int{cfg.DefaultTemplate: cfg.PoolSize}
@@ -306,6 +323,8 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 
 	// The code interpreter's contexts; Close detaches from their
 	// processes, which the next daemon adopts.
+	watchSources(met, mgr, auditLog, approvals)
+
 	code, err := interp.New(interp.Config{Sandboxes: mgr, Log: log.With("component", "interp")})
 	if err != nil {
 		return err
@@ -324,7 +343,8 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		Audit:       auditLog,
 		Limiter:     limiter,
 		Quota:       keys,
-		Ready:       (&readiness{dataDir: cfg.DataDir, head: st.AuditHead, writeErr: auditLog.WriteErr, now: time.Now}).check,
+		Ready:       (&readiness{runtime: mgr.Ready, dataDir: cfg.DataDir, head: st.AuditHead, writeErr: auditLog.WriteErr, now: time.Now}).check,
+		Metrics:     met,
 		AuditLog:    auditLog,
 		AuditSigner: data.signer,
 		Keys:        keys,
@@ -388,6 +408,12 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	root := http.NewServeMux()
 	root.Handle(mcp.Path, mcpH)
 	root.Handle(mcp.MetadataPath, mcpH)
+	root.Handle(openai.Pattern, openai.Handler(openai.Config{APIURL: "http://" + loopbackAddr(ln.Addr()), Log: log.With("component", "openai")}))
+	// The Anthropic tool executor, a client of this API with the caller's key.
+	anth, err := anthropic.Mount(root, anthropic.Config{APIURL: "http://" + loopbackAddr(ln.Addr()), Log: log.With("component", "anthropic")})
+	if err != nil {
+		return err
+	}
 	root.Handle("/", h)
 	srv := api.NewServer(cfg.Listen, root, log.With("component", "http"))
 	// The E2B-compatible listener translates E2B's protocol onto this
@@ -409,6 +435,11 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		e2bSrv = api.NewServer(cfg.E2BListen, eh, log.With("component", "e2b"))
 		fmt.Fprintf(announce, "E2B-compatible API on http://%s (E2B_API_URL and E2B_SANDBOX_URL)\n", e2bLn.Addr())
 		log.Info("serving e2b", "addr", e2bLn.Addr().String())
+	}
+	if metricsLn != nil {
+		defer serveMetrics(metricsLn, met, log.With("component", "metrics"))()
+		fmt.Fprintf(announce, "Metrics on http://%s/metrics (no key: keep the address private)\n", metricsLn.Addr())
+		log.Info("serving metrics", "addr", metricsLn.Addr().String())
 	}
 	fmt.Fprintf(announce, "Airlock is listening on http://%s (data in %s)\n", ln.Addr(), cfg.DataDir)
 	log.Info("serving", "addr", ln.Addr().String(), "data_dir", cfg.DataDir)
@@ -438,6 +469,9 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 	case <-ctx.Done():
 	}
 	log.Info("shutting down; sandboxes keep running")
+	if err := anth.Close(); err != nil { // its bash sessions end with their streams
+		log.Warn("anthropic executor close", "err", err)
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	// The handler ends its own requests (sessions at once, the rest after
@@ -529,13 +563,21 @@ func closeWith(err *error, what string, close func() error) {
 	}
 }
 
-// NewLogger returns the daemon's text logger at level.
-func NewLogger(w io.Writer, level string) (*slog.Logger, error) {
+// NewLogger returns the daemon's logger at level in format, text or
+// json (Config.LogFormat).
+func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	l, err := parseLevel(level)
 	if err != nil {
 		return nil, err
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text", "":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("log format %q must be text or json: %w", format, errdefs.ErrInvalidArgument)
 }
 
 func parseLevel(s string) (slog.Level, error) {

@@ -72,3 +72,38 @@ func endOutcome(err error) string {
 		return "unavailable"
 	}
 }
+
+// ActionSandboxHealth is the audit action of a change of a sandbox's
+// health (sandbox.HealthChange: unhealthy at its agent's first missed
+// probe, healthy again at the next answered one): by the daemon, in the
+// sandbox owner's tenant, targeting the sandbox, with details "status",
+// "missed" and, when unhealthy, "error". The end that the policy may
+// follow with is a sandbox.end (reason agent_unhealthy).
+const ActionSandboxHealth = "sandbox.health"
+
+var _ sandbox.HealthRecorder = auditEnds{}
+
+// HealthChanged implements sandbox.HealthRecorder: one record, outcome
+// ok; a failed append is logged (the probe loop goes on).
+func (a auditEnds) HealthChanged(ctx context.Context, c sandbox.HealthChange) {
+	details := map[string]any{"status": c.Status, "missed": c.Missed}
+	if c.Error != "" {
+		details["error"] = c.Error
+	}
+	ev := audit.Event{TenantID: c.Owner, Action: ActionSandboxHealth, Target: c.ID, Details: details,
+		Outcome: audit.OutcomeOK, Time: time.Now().UTC()}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.timeout)
+	defer cancel()
+	if err := a.log.Append(actx, ev); err != nil {
+		a.logger.Error("audit append failed", "action", ActionSandboxHealth, "target", c.ID, "err", err)
+	}
+}
+
+// healthInterval is the sandbox manager's probe interval for the
+// configured one: 0 (never) turns the probes off.
+func healthInterval(d Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return time.Duration(d)
+}

@@ -63,3 +63,39 @@ func TestAuditEnds(t *testing.T) {
 		t.Errorf("verify: %+v %v", rep, err)
 	}
 }
+
+// TestAuditHealth checks that a change of a sandbox's health is one
+// sandbox.health record in its owner's tenant, with status, missed and
+// the probe's error.
+func TestAuditHealth(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "a.db"), sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	log, err := audit.New(ctx, st, audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close(ctx)
+	rec := auditEnds{log: log, timeout: 5 * time.Second, logger: slog.New(slog.DiscardHandler)}
+	rec.HealthChanged(ctx, sandbox.HealthChange{ID: "sb-a", Owner: "tenant", Status: sandbox.HealthUnhealthy, Missed: 1, Error: "its agent did not answer in time"})
+	rec.HealthChanged(ctx, sandbox.HealthChange{ID: "sb-a", Owner: "tenant", Status: sandbox.HealthHealthy})
+	recs, err := st.ListAudit(ctx, store.AuditQuery{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 {
+		t.Fatalf("%d records, want 2", len(recs))
+	}
+	for i, want := range []string{`{"error":"its agent did not answer in time","missed":1,"status":"unhealthy"}`, `{"missed":0,"status":"healthy"}`} {
+		r := recs[i]
+		if r.Action != ActionSandboxHealth || r.TenantID != "tenant" || r.Target != "sb-a" || r.Outcome != audit.OutcomeOK || string(r.Details) != want {
+			t.Errorf("record %d: %+v, details %s", i, r, r.Details)
+		}
+	}
+	if healthInterval(0) >= 0 || healthInterval(Duration(time.Second)) != time.Second {
+		t.Error("healthInterval: 0 must turn the probes off")
+	}
+}

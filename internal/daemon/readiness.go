@@ -19,6 +19,9 @@ import (
 // log before it acts, so a daemon whose store cannot take a write answers
 // every mutation with 503: it is not ready. Checks, cheapest first:
 //
+//   - the sandbox manager (over the runtime) has started and not closed
+//     (sandbox.Manager.Ready; adoption of the sandboxes a previous
+//     daemon left may go on: those answer 503 until adopted);
 //   - the store answers a read (the audit head);
 //   - the data directory's filesystem has at least minFreeBytes available
 //     (statfs: no write);
@@ -36,6 +39,7 @@ const (
 
 // readiness is the daemon's readiness check. It is safe for concurrent use.
 type readiness struct {
+	runtime  func() error // nil: not checked
 	dataDir  string
 	head     func(ctx context.Context) (store.AuditHead, error)
 	writeErr func() error // the audit log's last commit failure
@@ -49,6 +53,11 @@ type readiness struct {
 // check returns nil when the daemon can serve mutations, else an error
 // saying why not.
 func (r *readiness) check(ctx context.Context) error {
+	if r.runtime != nil {
+		if err := r.runtime(); err != nil {
+			return err
+		}
+	}
 	if _, err := r.head(ctx); err != nil {
 		return fmt.Errorf("store: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/auth"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/metrics"
 	"github.com/airlock-sandbox/airlock/internal/secrets"
 	"github.com/airlock-sandbox/airlock/internal/store/sqlitestore"
 )
@@ -112,7 +113,7 @@ type state struct {
 // openState secures the data directory (secureDataDir) and opens the
 // state in it, creating what a new installation lacks: the database, the
 // first operator key, the checkpoint signing key and the secrets key.
-func openState(ctx context.Context, cfg Config, log *slog.Logger) (_ *state, err error) {
+func openState(ctx context.Context, cfg Config, log *slog.Logger, met *metrics.Metrics) (_ *state, err error) {
 	if err := secureDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
@@ -126,7 +127,11 @@ func openState(ctx context.Context, cfg Config, log *slog.Logger) (_ *state, err
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s.audit, err = audit.New(ctx, s.store, audit.Options{Logger: log.With("component", "audit")})
+	aopts := audit.Options{Logger: log.With("component", "audit")}
+	if met != nil {
+		aopts.Observe = met.AuditAppend
+	}
+	s.audit, err = audit.New(ctx, s.store, aopts)
 	if err != nil {
 		return nil, fmt.Errorf("open audit log: %w", err)
 	}

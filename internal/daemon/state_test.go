@@ -77,7 +77,7 @@ func checkPrivate(t *testing.T, dataDir string) {
 func start(t *testing.T, cfg Config, check func()) {
 	t.Helper()
 	ctx := context.Background()
-	s, err := openState(ctx, cfg, testLogger(t))
+	s, err := openState(ctx, cfg, testLogger(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestCheckpointExport(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.AuditCheckpointInterval = Duration(50 * time.Millisecond)
 	cfg.AuditCheckpointFile = filepath.Join(t.TempDir(), "shipped.jsonl")
-	s, err := openState(ctx, cfg, testLogger(t))
+	s, err := openState(ctx, cfg, testLogger(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

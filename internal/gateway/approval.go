@@ -173,6 +173,13 @@ func canonicalJSON(raw json.RawMessage) []byte {
 	return out
 }
 
+// Pending is how many approvals are pending, all tenants together.
+func (q *Approvals) Pending() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.pending)
+}
+
 // Approve adds an approval for the call of t by c with args and waits
 // for its end: it returns true once approved, false and the approver's
 // reason once denied, and an error (class timeout) when no decision

@@ -218,11 +218,43 @@ func (l Limits) Over(base Limits) Limits {
 	return base
 }
 
-// Stats is a point-in-time view of a sandbox's resource use.
+// Stats is a point-in-time view of a sandbox's resource use. A counter a
+// backend cannot read is zero.
 type Stats struct {
-	CPUTime         time.Duration `json:"cpu_time"`
-	MemoryBytes     uint64        `json:"memory_bytes"`
-	PeakMemoryBytes uint64        `json:"peak_memory_bytes"`
-	Pids            uint64        `json:"pids"`
-	OOMKills        uint64        `json:"oom_kills"`
+	// CPUTime is the CPU time every process of the sandbox (its agent
+	// included) has used since it started.
+	CPUTime time.Duration `json:"cpu_time"`
+	// MemoryBytes and PeakMemoryBytes are the current and highest memory
+	// use of the whole sandbox: its processes, its agent and the pages of
+	// the files they wrote to memory-backed filesystems (the writable
+	// layer of the native backend is one). MemoryLimitBytes is the cap on
+	// that same sum (Limits.MemoryBytes plus what the backend allows the
+	// agent), 0 for none.
+	MemoryBytes      uint64 `json:"memory_bytes"`
+	PeakMemoryBytes  uint64 `json:"peak_memory_bytes"`
+	MemoryLimitBytes uint64 `json:"memory_limit_bytes"`
+	// Pids is the number of tasks (processes and threads) in the sandbox
+	// now, its agent's included; PidsLimit their cap, 0 for none.
+	Pids      uint64 `json:"pids"`
+	PidsLimit uint64 `json:"pids_limit"`
+	// OOMKills counts the processes the kernel's OOM killer ended.
+	OOMKills uint64 `json:"oom_kills"`
+	// DiskUsedBytes is what the sandbox's writable layer holds (the
+	// files it wrote and their metadata), DiskLimitBytes its size.
+	DiskUsedBytes  uint64 `json:"disk_used_bytes"`
+	DiskLimitBytes uint64 `json:"disk_limit_bytes"`
+	// Net counts the traffic of the sandbox's own network interfaces,
+	// loopback aside; nil when it has none (its network, if any, goes
+	// through a proxy outside: see the egress package).
+	Net *NetStats `json:"net,omitempty"`
+}
+
+// NetStats are the counters of a sandbox's network interfaces, loopback
+// aside, summed, as the kernel counts them inside the sandbox: received
+// is what came into the sandbox.
+type NetStats struct {
+	RxBytes   uint64 `json:"rx_bytes"`
+	TxBytes   uint64 `json:"tx_bytes"`
+	RxPackets uint64 `json:"rx_packets"`
+	TxPackets uint64 `json:"tx_packets"`
 }

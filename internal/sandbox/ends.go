@@ -9,7 +9,8 @@ import (
 )
 
 // The ends the manager decides itself while it runs: expiry and idle
-// timeout (the reaper) and a dead agent (watchAgent). Each is reported to
+// timeout (the reaper), a dead agent (watchAgent) and an agent that
+// stopped answering (the health policy, health.go). Each is reported to
 // Config.Ends before the sandbox is touched and with its result, and
 // leaves the sandbox's record for EndedRetention (retainLocked).
 
@@ -56,7 +57,8 @@ func (m *Manager) agentDied(rec *record) {
 	}
 }
 
-// end ends rec for reason (EndExpired, EndIdle or EndAgentDied) if it is
+// end ends rec for reason (EndExpired, EndIdle, EndAgentDied or
+// EndAgentUnhealthy) if it is
 // still due at now: it marks it (stopping, or failed for a dead agent),
 // reports the end to Config.Ends, destroys it and reports the result. It
 // returns nil without doing anything when the sandbox is no longer due
@@ -68,9 +70,13 @@ func (m *Manager) end(ctx context.Context, rec *record, reason string, now time.
 		return nil
 	}
 	state := StateStopping
-	if reason == EndAgentDied {
+	switch reason {
+	case EndAgentDied:
 		state = StateFailed
 		rec.sb.Error, rec.unhealthy = agentDiedError, false
+	case EndAgentUnhealthy:
+		state = StateFailed
+		rec.sb.Error = agentUnhealthyError
 	}
 	m.beginDestroyLocked(rec, reason, state)
 	e := End{ID: rec.sb.ID, Owner: rec.sb.Owner, Template: rec.sb.Template, Reason: reason, Origin: rec.origin}
@@ -99,6 +105,8 @@ func (r *record) dueLocked(reason string, now time.Time) bool {
 		return sb.State == StateRunning && sb.IdleTimeout > 0 && r.inflight == 0 && now.Sub(sb.LastActivity) >= sb.IdleTimeout
 	case EndAgentDied:
 		return sb.State == StateRunning || sb.State == StateAdopting || sb.State == StateFailed
+	case EndAgentUnhealthy:
+		return sb.State == StateRunning && sb.Health.Status == HealthUnhealthy
 	}
 	return false
 }
@@ -149,6 +157,8 @@ func (sb *Sandbox) notRunningErr() error {
 		return fmt.Errorf("sandbox %s is being adopted by the restarted daemon; retry in a moment: %w", sb.ID, errdefs.ErrUnavailable)
 	case sb.EndReason == EndAgentDied:
 		return fmt.Errorf("sandbox %s has ended: %s; create a new sandbox: %w", sb.ID, agentDiedError, errdefs.ErrFailedPrecondition)
+	case sb.EndReason == EndAgentUnhealthy:
+		return fmt.Errorf("sandbox %s has ended: %s; create a new sandbox: %w", sb.ID, agentUnhealthyError, errdefs.ErrFailedPrecondition)
 	case sb.EndReason != "":
 		return fmt.Errorf("sandbox %s has ended (%s): %w", sb.ID, EndWords(sb.EndReason), errdefs.ErrFailedPrecondition)
 	case sb.State == StateFailed && sb.Error != "":
@@ -169,6 +179,8 @@ func EndWords(reason string) string {
 		return "idle for longer than its idle timeout"
 	case EndAgentGone:
 		return "its agent was gone when the daemon restarted"
+	case EndAgentUnhealthy:
+		return "its agent stopped answering health probes"
 	case EndCreateInterrupted:
 		return "its create was interrupted by a daemon restart"
 	case EndDestroyInterrupted:

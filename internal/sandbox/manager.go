@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/metrics"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/template"
 )
@@ -65,7 +66,6 @@ type record struct {
 	client *agentclient.Client
 
 	inflight      int  // exec/file operations in progress
-	healthFails   int  // consecutive failed pings
 	unhealthy     bool // failed because of health checks (may recover)
 	destroyWanted bool // Destroy was called while creating
 	pending       bool // created with Spec.Pending, not confirmed yet
@@ -220,7 +220,9 @@ func (m *Manager) Close(ctx context.Context) error {
 // template's warm pool when the resolved limits equal the pool's (the
 // template's defaults), created cold otherwise. It fails with
 // ErrResourceExhausted when MaxConcurrent sandboxes exist.
-func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
+func (m *Manager) Create(ctx context.Context, spec Spec) (sb Sandbox, err error) {
+	began, origin := time.Now(), metrics.OriginCold
+	defer func() { m.cfg.Metrics.Created(sb.Template, origin, time.Since(began), errCode(err)) }()
 	rs, err := m.cfg.resolve(spec, m.templates)
 	if err != nil {
 		return Sandbox{}, err
@@ -249,6 +251,10 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 
 	if p != nil && rs.limits == rs.defaults {
 		sb, ok, err := m.claim(ctx, p, rs)
+		m.cfg.Metrics.Claimed(p.template, claimResult(ok, err))
+		if ok {
+			origin = metrics.OriginPool
+		}
 		if ok || err != nil {
 			if err != nil {
 				m.release()
@@ -257,7 +263,7 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Sandbox, error) {
 			return m.createTools(ctx, sb, err)
 		}
 	}
-	sb, err := m.createCold(ctx, rs)
+	sb, err = m.createCold(ctx, rs)
 	sb, err = m.createEgress(ctx, sb, err, rs.policy)
 	return m.createTools(ctx, sb, err)
 }
@@ -668,7 +674,7 @@ func (m *Manager) beginDestroyLocked(rec *record, reason string, state State) {
 // ended: it is in its endState, its MaxConcurrent slot is free and its
 // record is kept for EndedRetention; its record file is removed unless
 // keepFile (see destroyRecord).
-func (m *Manager) runDestroy(ctx context.Context, rec *record, reason string, keepFile bool) error {
+func (m *Manager) runDestroy(ctx context.Context, rec *record, reason string, keepFile bool) (err error) {
 	id := rec.sb.ID
 	rec.client.Close()
 	m.stopEgress(rec)
@@ -681,7 +687,9 @@ func (m *Manager) runDestroy(ctx context.Context, rec *record, reason string, ke
 	rec.saveMu.Lock()
 	m.mu.Lock()
 	p := rec.persisted()
+	endReason := rec.sb.EndReason
 	m.mu.Unlock()
+	defer func() { m.cfg.Metrics.Destroyed(endReason, err != nil) }()
 	p.Ending = reason
 	if err := m.state.save(id, p); err != nil {
 		m.log.Warn("marking sandbox as ending", "sandbox", id, "err", err)
@@ -690,7 +698,7 @@ func (m *Manager) runDestroy(ctx context.Context, rec *record, reason string, ke
 	m.atStep(stepDestroyMarked, id)
 	// The destroy must complete even if the caller goes away.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.DestroyTimeout)
-	err := rec.inst.Destroy(dctx)
+	err = rec.inst.Destroy(dctx)
 	cancel()
 	if err == nil {
 		m.atStep(stepDestroyKilled, id)

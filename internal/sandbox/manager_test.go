@@ -530,40 +530,6 @@ func TestDestroyWhileCreating(t *testing.T) {
 	}
 }
 
-func TestHealthMarksFailed(t *testing.T) {
-	ctx := context.Background()
-	e := newEnv(t)
-	m := e.manager(Config{HealthInterval: 10 * time.Millisecond, HealthTimeout: 200 * time.Millisecond, HealthFailures: 2})
-	sb, err := m.Create(ctx, Spec{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ok, err := m.Create(ctx, Spec{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.rt.Hang(sb.ID); err != nil { // alive, but not answering
-		t.Fatal(err)
-	}
-	eventually(t, 5*time.Second, "failed state", func() bool { return stateOf(m, sb.ID) == StateFailed })
-	got, _ := m.Get(sb.ID)
-	if got.Error == "" {
-		t.Error("failed sandbox has no error")
-	}
-	if _, err := m.Exec(ctx, sb.ID, agentclient.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
-		t.Errorf("Exec on failed sandbox = %v", err)
-	}
-	if s := stateOf(m, ok.ID); s != StateRunning {
-		t.Errorf("healthy sandbox is %q", s)
-	}
-	if err := m.Destroy(ctx, sb.ID); err != nil {
-		t.Fatal(err)
-	}
-	if s := stateOf(m, sb.ID); s != StateStopped {
-		t.Errorf("state after Destroy = %q", s)
-	}
-}
-
 func TestConcurrentCreateDestroy(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)

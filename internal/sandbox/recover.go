@@ -47,6 +47,10 @@ const (
 	// daemon ran, and every process of the sandbox with it; the
 	// manager released what was left. The sandbox is failed.
 	EndAgentDied = "agent_died"
+	// EndAgentUnhealthy: the sandbox's agent, alive, missed
+	// Config.HealthFailures health probes in a row (see health.go); the
+	// manager destroyed the sandbox. It is failed.
+	EndAgentUnhealthy = "agent_unhealthy"
 	// EndAgentGone: a restart found the sandbox's record but no live
 	// agent (it died, or the host rebooted) before the sandbox's expiry;
 	// what was left was removed.
@@ -64,7 +68,7 @@ const (
 // when its agent died, stopped otherwise.
 func endState(reason string) State {
 	switch reason {
-	case EndAgentDied, EndAgentGone:
+	case EndAgentDied, EndAgentGone, EndAgentUnhealthy:
 		return StateFailed
 	}
 	return StateStopped

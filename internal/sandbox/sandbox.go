@@ -25,11 +25,14 @@
 // sandbox fail with ErrUnavailable: retry. See Manager.Start for what
 // recovery ends instead of adopting, and EndRecorder for how it says so.
 //
-// A sandbox is failed when its agent stops answering health checks (it
-// returns to running if the agent answers again) or when destroying it
-// failed; either way it still counts against MaxConcurrent and is
-// destroyed at expiry or on request. (A failed sandbox whose StoppedAt is
-// set has ended instead: see below.)
+// The manager probes the agent of every running sandbox every
+// Config.HealthInterval (see health.go for the policy): a sandbox whose
+// agent misses a probe is unhealthy (Sandbox.Health) but running, healthy
+// again when it answers one, and ended (EndAgentUnhealthy, failed) once
+// it has missed Config.HealthFailures in a row. A sandbox is failed, not
+// ended, when destroying it failed; it still counts against
+// MaxConcurrent and is destroyed at expiry or on request. (A failed
+// sandbox whose StoppedAt is set has ended instead: see below.)
 //
 // A sandbox whose agent exits (its PID 1 died, and with it every process
 // of the sandbox) is failed at once: the runtime reports the exit
@@ -64,6 +67,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/gateway"
+	"github.com/airlock-sandbox/airlock/internal/metrics"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/template"
 )
@@ -189,6 +193,8 @@ type Sandbox struct {
 	EndReason string
 	// Error says why a failed sandbox failed.
 	Error string
+	// Health is what the health probes found of its agent (health.go).
+	Health Health
 }
 
 // Ended reports whether the sandbox has ended (see StoppedAt).
@@ -262,14 +268,21 @@ type Config struct {
 	// enough for the reaper to win whenever it runs. Default 5 seconds,
 	// at most a minute.
 	DeadlineGrace time.Duration
-	// HealthInterval is how often running sandboxes' agents are pinged;
-	// a negative value disables health checks. Default 15 seconds.
+	// HealthInterval is how often running sandboxes' agents are probed
+	// (see health.go); a negative value disables the probes. Default 30
+	// seconds.
 	HealthInterval time.Duration
-	// HealthTimeout bounds one ping. Default 2 seconds.
+	// HealthTimeout bounds one probe (at most HealthInterval), and the
+	// other short calls on an agent (a pool claim's ping, a deadline
+	// sent). Default 2 seconds.
 	HealthTimeout time.Duration
-	// HealthFailures is how many consecutive failed pings mark a sandbox
-	// failed. Default 3.
+	// HealthFailures is how many probes missed in a row end a sandbox
+	// (EndAgentUnhealthy); the first one missed marks it unhealthy.
+	// Default 3.
 	HealthFailures int
+	// Health, if set, is told of every change of a sandbox's health
+	// status (see HealthRecorder).
+	Health HealthRecorder
 	// CreateTimeout bounds creating one sandbox in the runtime.
 	// Default 60 seconds.
 	CreateTimeout time.Duration
@@ -312,6 +325,11 @@ type Config struct {
 	// libraries (gateway/sdk.WriteDir), world-readable, mounted
 	// read-only at ToolsLibDir in every sandbox.
 	ToolsLib string
+	// Metrics, if set, counts creates (by template and origin, failures
+	// by error code), pool claims and destroys (by end reason); nil
+	// records nothing. The gauges are read at scrape time (Counts,
+	// PoolStats).
+	Metrics *metrics.Metrics
 }
 
 // withDefaults returns c with zero fields set to their defaults.
@@ -373,7 +391,7 @@ func (c Config) withDefaults() Config {
 		c.DeadlineGrace = defaultDeadlineGrace
 	}
 	if c.HealthInterval == 0 {
-		c.HealthInterval = 15 * time.Second
+		c.HealthInterval = 30 * time.Second
 	}
 	if c.HealthTimeout == 0 {
 		c.HealthTimeout = 2 * time.Second

@@ -28,9 +28,11 @@ var vmDaemonTests = []string{
 // vmServiceTests run in the service shape only (the reliability tests,
 // whose subject is the daemon, not the host's shape): the SIGKILL-under-load
 // crash test (every 2xx checked against the store and the audit log), a
-// dead agent noticed and released, and every end the daemon decides on
-// the record.
-var vmServiceTests = []string{"TestCrashSafety", "TestAgentDeathReleased", "TestSystemEndsRecorded"}
+// dead agent noticed and released, every end the daemon decides on the
+// record, per-sandbox stats read from cgroup v2 (a CPU burner at its
+// limit, memory rising) and the health probes' policy (about 30 s for
+// both on each kernel).
+var vmServiceTests = []string{"TestCrashSafety", "TestAgentDeathReleased", "TestSystemEndsRecorded", "TestStats", "TestHealthProbe"}
 
 // vmDaemonShapes are the shapes the daemon starts in (AIRLOCK_E2E_SHAPE):
 // "service", in the guest's per-service cgroup that the keeper shares,

@@ -90,21 +90,6 @@ func (i *Instance) Dial(ctx context.Context) (net.Conn, error) {
 	return c, nil
 }
 
-// Stats implements runtime.Instance.
-func (i *Instance) Stats(ctx context.Context) (runtime.Stats, error) {
-	st, err := i.cg.Stats()
-	if err != nil {
-		return runtime.Stats{}, fmt.Errorf("sandbox %s: stats: %w", i.id, err)
-	}
-	return runtime.Stats{
-		CPUTime:         st.CPUTime,
-		MemoryBytes:     st.MemoryBytes,
-		PeakMemoryBytes: st.PeakMemoryBytes,
-		Pids:            st.Pids,
-		OOMKills:        st.OOMKills,
-	}, nil
-}
-
 // Pause implements runtime.Pauser by freezing every process.
 func (i *Instance) Pause(ctx context.Context) error {
 	if err := i.cg.Freeze(ctx); err != nil {
