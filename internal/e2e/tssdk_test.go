@@ -60,7 +60,9 @@ func buildTSSDK(t *testing.T) {
 // where AIRLOCK_TEST_NO_SKIP is set.
 func TestTSSDK(t *testing.T) {
 	buildTSSDK(t)
-	e := newEnv(t)
+	// Upstreams on loopback: a program of the Anthropic suite calls a tool
+	// served by the suite itself.
+	e := newEnv(t, "--gateway-allow", "127.0.0.1/32")
 	d := e.start()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

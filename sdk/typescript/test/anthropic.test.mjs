@@ -313,6 +313,54 @@ describe("sessions and programs", () => {
     assert.equal(bad.is_error, true);
     assert.match(bad.content, /must be one of python, javascript, bash/);
   });
+
+  test("the program tool's program calls a gateway tool, and its call is reported", async () => {
+    // A tool with an HTTP upstream on the host's loopback (the suite's
+    // daemon runs with --gateway-allow 127.0.0.1/32), granted to a sandbox
+    // of its own; the program calls it through the in-sandbox library.
+    const seen = [];
+    const upstream = http.createServer((req, res) => {
+      let body = "";
+      req.on("data", (c) => (body += c));
+      req.on("end", () => {
+        const { a, b } = JSON.parse(body);
+        seen.push([a, b]);
+        res.setHeader("Content-Type", "application/json");
+        res.end(JSON.stringify({ sum: a + b }));
+      });
+    });
+    await new Promise((r) => upstream.listen(0, "127.0.0.1", r));
+    const name = `tssdk_sum_${Date.now()}`;
+    await airlock.tools.create({
+      name,
+      description: "Adds two numbers.",
+      input_schema: { type: "object", properties: { a: { type: "number" }, b: { type: "number" } }, required: ["a", "b"] },
+      upstream: { kind: "http", http: { method: "POST", url: `http://127.0.0.1:${upstream.address().port}/sum` } },
+    });
+    let granted;
+    let gx;
+    try {
+      granted = await airlock.sandboxes.create({ metadata: { suite: "tssdk-anthropic" }, tools: [name], timeoutS: 300 });
+      gx = new AnthropicExecutor(airlock, granted.id, { sessionId: "gateway" });
+      const r = await one("airlock_run_program", {
+        language: "python",
+        code: `from tools import ${name}\nprint(${name}(a=2, b=40)["sum"])`,
+      }, gx);
+      assert.equal(r.is_error, undefined, r.content);
+      assert.match(r.content, /^42\n/);
+      assert.match(r.content, new RegExp(`\\[tool call ${name}: ok`));
+      assert.deepEqual(seen, [[2, 40]]);
+      // The sandbox of the suite was not granted the tool: the same program fails there.
+      const denied = await one("airlock_run_program", { language: "python", code: `from tools import ${name}\nprint(${name}(a=1, b=1))` });
+      assert.doesNotMatch(denied.content, /^2\n/);
+      assert.deepEqual(seen, [[2, 40]]);
+    } finally {
+      await gx?.close();
+      if (granted) await airlock.sandboxes.delete(granted.id);
+      await airlock.tools.delete(name);
+      upstream.close();
+    }
+  });
 });
 
 describe("command policy", () => {
