@@ -41,12 +41,15 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/auth"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/metrics"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/template/registry"
+	"github.com/airlock-sandbox/airlock/internal/tracing"
 )
 
 // Authenticator resolves an API key (the bearer token) to the principal it
@@ -270,6 +273,11 @@ type Config struct {
 	// status (see observe.go) and serves GET /metrics (operator scope);
 	// without it that route answers 501 not_supported.
 	Metrics *metrics.Metrics
+	// Tracer, if set, traces every request: a server span named by its
+	// route, continuing the trace of the request's W3C traceparent
+	// header, with the spans of the work it does beneath it (see
+	// observe.go); nil is tracing off.
+	Tracer trace.TracerProvider
 	// Log receives server-side failures; nil discards.
 	Log *slog.Logger
 	// Limits caps requests; zero fields take defaults.
@@ -301,6 +309,7 @@ type Handler struct {
 	hostInfo    *Info
 	ready       func(ctx context.Context) error
 	metrics     *metrics.Metrics
+	tracer      trace.Tracer // nil: tracing off
 	log         *slog.Logger
 	lim         Limits
 	inflight    *inflight
@@ -354,6 +363,9 @@ func New(cfg Config) (*Handler, error) {
 		log:         cfg.Log,
 		lim:         cfg.Limits.withDefaults(),
 		mux:         http.NewServeMux(),
+	}
+	if cfg.Tracer != nil {
+		h.tracer = cfg.Tracer.Tracer(tracing.Instrumentation)
 	}
 	h.inflight = newInflight(h.lim)
 	h.tickets = auth.NewTickets(h.lim.PTYTokenTTL, nil)
@@ -412,6 +424,7 @@ func joinMethods(ms []string) string {
 func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	w := &recordWriter{ResponseWriter: rw}
 	start := time.Now()
+	r = h.startSpan(w, r)
 	defer func() { h.observed(w, r, start) }() // r as the mux served it
 	if headerBytes(r) > MaxHeaderBytes {
 		w.Header().Set("Connection", "close")

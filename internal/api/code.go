@@ -12,6 +12,7 @@ import (
 	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/interp"
+	"github.com/airlock-sandbox/airlock/internal/tracing"
 )
 
 // CodeRunner runs code in stateful contexts of sandboxes
@@ -104,7 +105,7 @@ func (req *codeRequest) runRequest() (interp.RunRequest, error) {
 }
 
 // runCode serves POST /v1/sandboxes/{id}/code.
-func (h *Handler) runCode(c *call) error {
+func (h *Handler) runCode(c *call) (err error) {
 	sb, err := c.agentSandbox()
 	if err != nil {
 		return err
@@ -145,8 +146,16 @@ func (h *Handler) runCode(c *call) error {
 	}
 	ctx, cancel := context.WithTimeout(c.r.Context(), timeout+codeGrace)
 	defer cancel()
+	ctx, span := tracing.Start(ctx, "code.cell", tracing.KeySandbox.String(sb.ID),
+		tracing.KeyCodeLanguage.String(string(rreq.Language)), tracing.KeyCodeBytes.Int(len(rreq.Code)))
+	status := ""
+	defer func() {
+		span.SetAttributes(tracing.KeyCodeStatus.String(status))
+		tracing.End(span, err)
+	}()
 	if wantsNDJSON(c.r) {
-		return h.codeStream(ctx, c, runner, sb.ID, rreq)
+		status, err = h.codeStream(ctx, c, runner, sb.ID, rreq)
+		return err
 	}
 	var out wire.CodeExecution
 	out.Results = []wire.CodeResult{}
@@ -167,7 +176,8 @@ func (h *Handler) runCode(c *call) error {
 		}
 		return nil
 	})
-	h.metrics.CodeCell(cellStatus(err == nil, out.CodeEnd.Status))
+	status = cellStatus(err == nil, out.CodeEnd.Status)
+	h.metrics.CodeCell(status)
 	if err != nil {
 		return err
 	}
@@ -193,7 +203,7 @@ func addCodeDetails(c *call, e wire.CodeEnd) {
 // codeStream runs the cell with its events streamed as NDJSON lines. The
 // status line goes out with the first event, so that failures before the
 // cell runs are ordinary JSON errors.
-func (h *Handler) codeStream(ctx context.Context, c *call, runner CodeRunner, id string, req interp.RunRequest) error {
+func (h *Handler) codeStream(ctx context.Context, c *call, runner CodeRunner, id string, req interp.RunRequest) (cell string, _ error) {
 	nw := &ndjsonWriter{c: c, rc: http.NewResponseController(c.w), idle: h.lim.WriteIdleTimeout}
 	defer nw.done()
 	ended, status := false, ""
@@ -214,12 +224,13 @@ func (h *Handler) codeStream(ctx context.Context, c *call, runner CodeRunner, id
 		}
 		return nil
 	})
-	h.metrics.CodeCell(cellStatus(ended, status))
+	cell = cellStatus(ended, status)
+	h.metrics.CodeCell(cell)
 	switch {
 	case err == nil:
-		return nil
+		return cell, nil
 	case !c.w.started():
-		return err // nothing was sent: an ordinary error response
+		return cell, err // nothing was sent: an ordinary error response
 	case !ended:
 		// The cell was cut short: by the client going away, the
 		// sandbox ending or the daemon's graceful stop. A client still
@@ -227,7 +238,7 @@ func (h *Handler) codeStream(ctx context.Context, c *call, runner CodeRunner, id
 		nw.endWithError(err)
 		nw.abortIfFailed()
 	}
-	return nil
+	return cell, nil
 }
 
 // createContext serves POST /v1/sandboxes/{id}/contexts.

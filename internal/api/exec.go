@@ -19,10 +19,14 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/metrics"
+	"github.com/airlock-sandbox/airlock/internal/tracing"
 )
 
 // Caps on exec requests, besides Limits.
@@ -268,7 +272,7 @@ func wantsNDJSON(r *http.Request) bool {
 }
 
 // exec serves POST /v1/sandboxes/{id}/exec.
-func (h *Handler) exec(c *call) error {
+func (h *Handler) exec(c *call) (err error) {
 	sb, err := c.agentSandbox()
 	if err != nil {
 		return err
@@ -307,15 +311,26 @@ func (h *Handler) exec(c *call) error {
 	}
 	ctx, cancel := context.WithTimeout(c.r.Context(), areq.Timeout+execGrace)
 	defer cancel()
+	mode := metrics.ExecBuffered
 	if stream {
-		return h.execStream(ctx, c, sb.ID, areq, req.KeepStdin || req.Pty != nil)
+		mode = metrics.ExecStream
+	}
+	ctx, span := tracing.Start(ctx, "sandbox.exec")
+	if span.IsRecording() {
+		span.SetAttributes(execAttrs(sb.ID, mode, areq)...) // a digest: only when traced
+	}
+	var res *agentclient.ExecResult
+	defer func() { endExecSpan(span, res, err) }()
+	if stream {
+		res, err = h.execStream(ctx, c, sb.ID, areq, req.KeepStdin || req.Pty != nil)
+		return err
 	}
 	stdout := &capBuffer{max: h.lim.MaxOutputBytes}
 	stderr := &capBuffer{max: h.lim.MaxOutputBytes}
 	areq.Stdout, areq.Stderr = stdout, stderr
 	areq.OutputLimit = uint64(h.lim.MaxOutputBytes)
 	began := time.Now()
-	res, err := h.mgr.Exec(ctx, sb.ID, areq)
+	res, err = h.mgr.Exec(ctx, sb.ID, areq)
 	h.metrics.Exec(metrics.ExecBuffered, execStatus(res), time.Since(began))
 	if res == nil {
 		if err == nil {
@@ -335,6 +350,27 @@ func (h *Handler) exec(c *call) error {
 		return err
 	}
 	return c.writeExecResult(out, stdout.buf, stderr.buf)
+}
+
+// execAttrs are the attributes of an exec's span: the command's digest
+// and size, never its text.
+func execAttrs(id, mode string, areq agentclient.ExecRequest) []attribute.KeyValue {
+	cmd := areq.Shell
+	if cmd == "" {
+		cmd = strings.Join(areq.Argv, "\x00")
+	}
+	return append(tracing.Command(cmd), tracing.KeySandbox.String(id), tracing.KeyExecMode.String(mode))
+}
+
+// endExecSpan records an exec's status and exit code and ends its span.
+func endExecSpan(span trace.Span, res *agentclient.ExecResult, err error) {
+	if span.IsRecording() {
+		span.SetAttributes(tracing.KeyExecStatus.String(execStatus(res)))
+		if res != nil {
+			span.SetAttributes(tracing.KeyExitCode.Int(res.ExitCode))
+		}
+	}
+	tracing.End(span, err)
 }
 
 // execStatus is the status label of an exec's result (metrics).
@@ -474,7 +510,7 @@ func (w *idleWriter) Write(p []byte) (int, error) {
 // stops taking the output (no write succeeds for Limits.WriteIdleTimeout)
 // or goes away has the process killed: what is buffered for it meanwhile
 // is bounded by the agent stream's flow-control window.
-func (h *Handler) execStream(ctx context.Context, c *call, id string, areq agentclient.ExecRequest, keepStdin bool) error {
+func (h *Handler) execStream(ctx context.Context, c *call, id string, areq agentclient.ExecRequest, keepStdin bool) (*agentclient.ExecResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	nw := &ndjsonWriter{c: c, rc: http.NewResponseController(c.w), idle: h.lim.WriteIdleTimeout, onFail: cancel}
@@ -493,7 +529,7 @@ func (h *Handler) execStream(ctx context.Context, c *call, id string, areq agent
 	if err != nil {
 		close(started)
 		h.metrics.Exec(metrics.ExecStream, metrics.ExecFailed, time.Since(began))
-		return err
+		return nil, err
 	}
 	if p.PID != 0 {
 		err = nw.writeLine(wire.ExecStart{Type: "start", PID: p.PID})
@@ -502,7 +538,7 @@ func (h *Handler) execStream(ctx context.Context, c *call, id string, areq agent
 	}
 	close(started)
 	if err != nil {
-		return err // the client is gone; ending ctx kills the process (or detaches from a background one)
+		return nil, err // the client is gone; ending ctx kills the process (or detaches from a background one)
 	}
 	var inErr error
 	var wg sync.WaitGroup
@@ -530,7 +566,7 @@ func (h *Handler) execStream(ctx context.Context, c *call, id string, areq agent
 		}
 		nw.endWithError(err)
 		nw.abortIfFailed()
-		return nil // the stream has started: the error line reports it
+		return nil, nil // the stream has started: the error line reports it
 	}
 	if inErr != nil {
 		h.log.Debug("exec stdin copy ended early", "sandbox", id, "err", inErr)
@@ -541,7 +577,7 @@ func (h *Handler) execStream(ctx context.Context, c *call, id string, areq agent
 	c.record("ok")
 	_ = nw.writeLine(wire.ExecExit{Type: "exit", ExecResult: resultJSON(res)})
 	nw.abortIfFailed()
-	return nil
+	return res, nil
 }
 
 // ndjsonWriter writes NDJSON lines, each flushed at once, with an idle

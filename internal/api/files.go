@@ -16,6 +16,7 @@ import (
 
 	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/agentclient"
+	"github.com/airlock-sandbox/airlock/internal/tracing"
 )
 
 // maxListDepth caps the depth of a directory listing.
@@ -183,7 +184,10 @@ func (h *Handler) writeFile(c *call) error {
 	body := c.idleBody(http.MaxBytesReader(c.w, c.r.Body, h.lim.MaxFileBytes))
 	defer body.done()
 	hr := &hashReader{r: body, h: sha256.New()}
-	info, err := h.mgr.WriteFile(c.r.Context(), sb.ID, fq.path, hr, agentclient.WriteOptions{MakeParents: true, User: fq.user})
+	ctx, span := tracing.Start(c.r.Context(), "sandbox.file.upload", tracing.KeySandbox.String(sb.ID))
+	info, err := h.mgr.WriteFile(ctx, sb.ID, fq.path, hr, agentclient.WriteOptions{MakeParents: true, User: fq.user})
+	span.SetAttributes(tracing.KeyFileBytes.Int64(hr.n))
+	tracing.End(span, err)
 	body.done()
 	if err != nil {
 		if hr.err != nil {
@@ -234,7 +238,11 @@ func (h *Handler) readFile(c *call) error {
 	}
 	dw := &deadlineWriter{w: c.w, rc: http.NewResponseController(c.w), idle: h.lim.WriteIdleTimeout}
 	defer dw.done()
-	if _, err := h.mgr.ReadFile(c.r.Context(), sb.ID, fq.path, dw, fq.opts()...); err != nil {
+	ctx, span := tracing.Start(c.r.Context(), "sandbox.file.download", tracing.KeySandbox.String(sb.ID))
+	_, err = h.mgr.ReadFile(ctx, sb.ID, fq.path, dw, fq.opts()...)
+	span.SetAttributes(tracing.KeyFileBytes.Int64(dw.n))
+	tracing.End(span, err)
+	if err != nil {
 		return err
 	}
 	if !c.w.started() {
@@ -249,11 +257,13 @@ type deadlineWriter struct {
 	rc     *http.ResponseController
 	idle   time.Duration
 	failed bool
+	n      int64 // bytes written
 }
 
 func (d *deadlineWriter) Write(p []byte) (int, error) {
 	_ = d.rc.SetWriteDeadline(time.Now().Add(d.idle))
 	n, err := d.w.Write(p)
+	d.n += int64(n)
 	if err != nil && !d.failed {
 		d.failed = true
 		// Whatever net/http still tries to write fails at once.

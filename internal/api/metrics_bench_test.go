@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/metrics"
+	"github.com/airlock-sandbox/airlock/internal/tracing"
 )
 
 // The cost of metrics and request logs on the exec round trip: the same
@@ -34,6 +36,10 @@ func BenchmarkExecObserved(b *testing.B) {
 		{"metrics+jsonlog", func(c *Config) {
 			c.Metrics = metrics.New()
 			c.Log = slog.New(slog.NewJSONHandler(io.Discard, nil))
+		}},
+		{"metrics+tracing", func(c *Config) {
+			c.Metrics = metrics.New()
+			c.Tracer = discardTracing(b).Provider()
 		}},
 	}
 	ctx := context.Background()
@@ -96,8 +102,13 @@ func BenchmarkRequestObserved(b *testing.B) {
 			c.Metrics = metrics.New()
 			c.Log = slog.New(slog.NewJSONHandler(io.Discard, nil))
 		}},
+		{"metrics+tracing", nil},
 	} {
 		b.Run(c.name, func(b *testing.B) {
+			if c.tune == nil {
+				tr := discardTracing(b)
+				c.tune = func(c *Config) { c.Metrics = metrics.New(); c.Tracer = tr.Provider() }
+			}
 			e := newTestEnv(b, c.tune)
 			sb := e.sandbox(context.Background())
 			req := httptest.NewRequest("GET", "/v1/sandboxes/"+sb.ID, nil)
@@ -113,4 +124,21 @@ func BenchmarkRequestObserved(b *testing.B) {
 			}
 		})
 	}
+}
+
+// discardTracing is tracing on, every trace sampled, exporting over
+// OTLP/HTTP to a loopback receiver that discards what it gets.
+func discardTracing(b *testing.B) *tracing.Tracing {
+	b.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	b.Cleanup(srv.Close)
+	tr, err := tracing.New(context.Background(), tracing.Config{Endpoint: srv.URL, SampleRatio: 1, Version: "bench"})
+	if err != nil || tr == nil {
+		b.Fatal(tr, err)
+	}
+	b.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
+	return tr
 }

@@ -5,10 +5,16 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/interp"
+	"github.com/airlock-sandbox/airlock/internal/tracing"
 )
 
 // Each request the Handler answers is observed once it ends: counted
@@ -19,6 +25,16 @@ import (
 // duration, the key's tenant and ID when one authenticated it, and an ID
 // that ties it to the caller: the trace ID of a valid W3C traceparent
 // header (trace_id), else one generated here (request_id).
+//
+// With Config.Tracer each request is also a server span (startSpan):
+// it continues the trace of the request's traceparent header (or starts
+// one), is named by the route pattern once the mux has matched it, and
+// carries the method, route, status, sandbox ID and tenant; the work the
+// handler does (a create, an exec, a file transfer, a code cell, a
+// build, a tool call) is traced beneath it through the request's
+// context. The response carries the span's own traceparent header, and
+// the request's log line the span's trace ID, so that a caller without
+// tracing of its own can still find its trace.
 
 // maxLoggedPath caps the path a request line carries.
 const maxLoggedPath = 256
@@ -31,6 +47,7 @@ type recordWriter struct {
 	status      int
 	bytes       int64
 	tenant, key string
+	span        trace.Span // the request's server span; nil: tracing off
 }
 
 func (w *recordWriter) WriteHeader(code int) {
@@ -77,6 +94,9 @@ func (h *Handler) observed(w *recordWriter, r *http.Request, start time.Time) {
 		route = "" // the 404 of no route: "unmatched"
 	}
 	h.metrics.Request(route, status, took)
+	if w.span != nil {
+		endSpan(w, r, route, status)
+	}
 	level := slog.LevelInfo
 	if probeRoutes[r.Pattern] {
 		level = slog.LevelDebug
@@ -93,7 +113,9 @@ func (h *Handler) observed(w *recordWriter, r *http.Request, start time.Time) {
 		path = path[:maxLoggedPath] + "..."
 	}
 	idKey, id := "request_id", ""
-	if tid, ok := traceID(r.Header); ok {
+	if w.span != nil {
+		idKey, id = "trace_id", w.span.SpanContext().TraceID().String()
+	} else if tid, ok := traceID(r.Header); ok {
 		idKey, id = "trace_id", tid
 	} else {
 		id = newRequestID()
@@ -111,6 +133,64 @@ func (h *Handler) observed(w *recordWriter, r *http.Request, start time.Time) {
 		attrs = append(attrs, slog.String("tenant", w.tenant), slog.String("key", w.key))
 	}
 	h.log.LogAttrs(ctx, level, "request", attrs...)
+}
+
+// startSpan starts r's server span when tracing is on, continuing the
+// trace of r's traceparent header, and returns r with the span in its
+// context; the span is named by the route and ended by observed. The
+// response carries the span's traceparent.
+func (h *Handler) startSpan(w *recordWriter, r *http.Request) *http.Request {
+	if h.tracer == nil {
+		return r
+	}
+	ctx := tracing.Extract(r.Context(), r.Header)
+	method := spanMethod(r.Method)
+	ctx, span := h.tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(tracing.KeyHTTPMethod.String(method)))
+	w.span = span
+	tracing.Inject(ctx, w.Header())
+	return r.WithContext(ctx)
+}
+
+// endSpan names the request's span by its route ("unmatched" for none),
+// records the status, the sandbox and the tenant, and ends it; a 5xx is
+// an error.
+func endSpan(w *recordWriter, r *http.Request, route string, status int) {
+	span := w.span
+	if span.IsRecording() {
+		name := route
+		if name == "" {
+			name = spanMethod(r.Method) + " unmatched"
+		}
+		span.SetName(name)
+		attrs := []attribute.KeyValue{tracing.KeyHTTPStatus.Int(status)}
+		if route != "" {
+			attrs = append(attrs, tracing.KeyHTTPRoute.String(route))
+		}
+		if id := r.PathValue("id"); id != "" && strings.Contains(route, "/sandboxes/{id}") {
+			attrs = append(attrs, tracing.KeySandbox.String(id))
+		}
+		if w.tenant != "" {
+			attrs = append(attrs, tracing.KeyTenant.String(w.tenant))
+		}
+		span.SetAttributes(attrs...)
+		if status >= 500 {
+			span.SetStatus(codes.Error, http.StatusText(status))
+		}
+	}
+	span.End()
+}
+
+// spanMethod is the method a span names: a standard one, else _OTHER
+// (OpenTelemetry's convention), so that a client cannot put what it
+// likes in a span's name.
+func spanMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return m
+	}
+	return "_OTHER"
 }
 
 // traceID returns the trace ID of h's traceparent header (W3C Trace

@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/template"
 	"github.com/airlock-sandbox/airlock/internal/template/registry"
+	"github.com/airlock-sandbox/airlock/internal/tracing"
 )
 
 // Caps and names of build requests.
@@ -476,7 +477,9 @@ func (h *Handler) runBuild(c *call, job *registry.Job, req registry.BuildRequest
 	}
 	return h.runTemplateJob(c, templateJob{owner: req.Owner, name: req.Name, shared: req.Shared, warnings: warnings,
 		run: func(ctx context.Context, events func(registry.Event)) (registry.Detail, error) {
+			ctx, span := tracing.Start(ctx, "template.build", tracing.KeyTemplate.String(req.Name), tracing.KeyBuildKind.String("build"))
 			d, err := job.Build(ctx, req, events)
+			tracing.End(span, err)
 			h.metrics.TemplateBuild("build", resultCode(err))
 			return d, err
 		}})

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/airlock-sandbox/airlock/internal/template/registry"
+	"github.com/airlock-sandbox/airlock/internal/tracing"
 )
 
 // maxImportTag caps the tag query parameter of an import.
@@ -103,7 +104,9 @@ func (h *Handler) importTemplate(c *call) error {
 	}
 	return h.runTemplateJob(c, templateJob{owner: breq.Owner, name: name, shared: ireq.Shared,
 		run: func(ctx context.Context, events func(registry.Event)) (registry.Detail, error) {
+			ctx, span := tracing.Start(ctx, "template.build", tracing.KeyTemplate.String(name), tracing.KeyBuildKind.String("import"))
 			d, err := job.Import(ctx, ireq, events)
+			tracing.End(span, err)
 			h.metrics.TemplateBuild("import", resultCode(err))
 			return d, err
 		}})

@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/secrets"
+	"github.com/airlock-sandbox/airlock/internal/tracing"
 )
 
 // Config is the daemon's configuration. It comes from, in increasing
@@ -55,6 +56,15 @@ type Config struct {
 	// without a key, for a Prometheus on a private network; the API
 	// listener serves it to operator keys either way.
 	MetricsListen string `json:"metrics_listen"`
+	// OTLPEndpoint, if set, is the OTLP/HTTP collector URL the daemon
+	// exports its trace spans to (see tracing.Config.Endpoint); empty:
+	// the standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
+	// OTEL_EXPORTER_OTLP_ENDPOINT, and without them no tracing.
+	OTLPEndpoint string `json:"otlp_endpoint"`
+	// TraceSample is the share of the traces started here that are
+	// sampled, 0 to 1; a trace a caller started follows the caller's
+	// sampled flag.
+	TraceSample float64 `json:"trace_sample"`
 	// AuditCheckpointInterval is how often the daemon appends a signed
 	// checkpoint of the audit chain's head to AuditCheckpointFile (only
 	// when the head moved; also at start and shutdown); 0 exports none.
@@ -145,6 +155,7 @@ func Defaults() Config {
 		RateBurst:       2000,
 		LogLevel:        "info",
 		LogFormat:       "text",
+		TraceSample:     1,
 
 		AuditCheckpointInterval: Duration(5 * time.Minute),
 
@@ -288,6 +299,10 @@ var settings = []setting{
 		func(c *Config) any { return &c.LogFormat }},
 	{"metrics-listen", "ADDR", "address serving GET /metrics (Prometheus) without a key; keep it private (empty: none; the API serves /metrics to operator keys)",
 		func(c *Config) any { return &c.MetricsListen }},
+	{"otlp-endpoint", "URL", "OTLP/HTTP collector the trace spans are exported to, e.g. http://127.0.0.1:4318 (empty: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing)",
+		func(c *Config) any { return &c.OTLPEndpoint }},
+	{"trace-sample", "RATIO", "share of the traces started here that are sampled, 0 to 1; a caller's trace follows its own sampled flag",
+		func(c *Config) any { return &c.TraceSample }},
 	{"audit-checkpoint-interval", "DURATION", "how often to append a signed audit checkpoint to the export file: 0 (never) or 1s to 24h",
 		func(c *Config) any { return &c.AuditCheckpointInterval }},
 	{"audit-checkpoint-file", "FILE", "clean absolute path the signed audit checkpoints are appended to (default <data-dir>/audit/checkpoints.jsonl); its directory must exist",
@@ -544,6 +559,14 @@ func (c Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
 			return bad("metrics listen address %q: %v", c.MetricsListen, err)
 		}
+	}
+	if c.OTLPEndpoint != "" {
+		if _, err := tracing.EndpointURL(c.OTLPEndpoint); err != nil {
+			return bad("otlp endpoint %q must be an http or https URL with a host and no credentials, query or fragment", c.OTLPEndpoint)
+		}
+	}
+	if !(c.TraceSample >= 0 && c.TraceSample <= 1) {
+		return bad("trace sample %g must be between 0 and 1", c.TraceSample)
 	}
 	return nil
 }

@@ -152,6 +152,13 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 
 	// The daemon's metrics (metrics.go), recorded from here on.
 	met := metrics.New()
+	// Its traces (tracing.go): the last spans are flushed after the
+	// listeners have stopped.
+	tr, stopTracing, err := startTracing(ctx, cfg, log.With("component", "tracing"))
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	metricsLn, err := listenMetrics(cfg)
 	if err != nil {
 		return err
@@ -252,6 +259,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		// Each tenant's Cedar policy text, set at /v1/policies.
 		Policies: storePolicies(st),
 		Record:   observeTools(met, toolAudit{log: auditLog, logger: log.With("component", "gateway")}.Record),
+		Tracer:   tr.Provider(),
 		AllowUpstream: func(a netip.Addr) bool {
 			return slices.ContainsFunc(allowUpstream, func(p netip.Prefix) bool { return p.Contains(a) })
 		},
@@ -345,6 +353,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		Quota:       keys,
 		Ready:       (&readiness{runtime: mgr.Ready, dataDir: cfg.DataDir, head: st.AuditHead, writeErr: auditLog.WriteErr, now: time.Now}).check,
 		Metrics:     met,
+		Tracer:      tr.Provider(),
 		AuditLog:    auditLog,
 		AuditSigner: data.signer,
 		Keys:        keys,
@@ -415,7 +424,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 		return err
 	}
 	root.Handle("/", h)
-	srv := api.NewServer(cfg.Listen, root, log.With("component", "http"))
+	srv := api.NewServer(cfg.Listen, traced(tr, root), log.With("component", "http"))
 	// The E2B-compatible listener translates E2B's protocol onto this
 	// API, through the API's own listener, with the caller's key.
 	var e2bSrv *http.Server
@@ -432,7 +441,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (retErr error) {
 			return fmt.Errorf("e2b listen: %w", err)
 		}
 		defer e2bLn.Close()
-		e2bSrv = api.NewServer(cfg.E2BListen, eh, log.With("component", "e2b"))
+		e2bSrv = api.NewServer(cfg.E2BListen, traced(tr, eh), log.With("component", "e2b"))
 		fmt.Fprintf(announce, "E2B-compatible API on http://%s (E2B_API_URL and E2B_SANDBOX_URL)\n", e2bLn.Addr())
 		log.Info("serving e2b", "addr", e2bLn.Addr().String())
 	}

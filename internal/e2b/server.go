@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/tracing"
 )
 
 // The ports of E2B's in-sandbox servers.
@@ -71,7 +72,7 @@ func New(cfg Config) (*Handler, error) {
 	}
 	h := &Handler{cfg: cfg, hc: cfg.HTTPClient, log: cfg.Log}
 	if h.hc == nil {
-		h.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}
+		h.hc = &http.Client{Transport: tracing.Transport(&http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second})}
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)

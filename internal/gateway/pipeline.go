@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/secrets"
+	"github.com/airlock-sandbox/airlock/internal/tracing"
 )
 
 // Caps and defaults of the call pipeline.
@@ -111,6 +113,12 @@ type Config struct {
 	// call uses stays open (default DefaultMCPIdle).
 	MaxMCPSessions int
 	MCPIdle        time.Duration
+	// Tracer, if set, traces each call as a span (tool.call) with the
+	// tool's name, the outcome and the stage that decided it: a child
+	// of the span in the call's context (an API request's), or a root
+	// span for a call from a sandbox. nil: only calls whose context
+	// carries a span are traced.
+	Tracer trace.TracerProvider
 }
 
 // Gateway runs the call pipeline. It is safe for concurrent use.
@@ -254,9 +262,18 @@ func (g *Gateway) Granted(ctx context.Context, c Caller) ([]Tool, error) {
 func (g *Gateway) Call(ctx context.Context, c Caller, name string, args json.RawMessage) (Result, error) {
 	cl := &call{g: g, c: c, name: name, start: time.Now()}
 	defer cl.end()
+	ctx, span := tracing.StartRoot(ctx, g.cfg.Tracer, "tool.call", tracing.KeyToolName.String(shorten(name, maxSpanName)),
+		tracing.KeySandbox.String(c.Sandbox), tracing.KeyTenant.String(c.Tenant))
 	out, err := cl.run(ctx, args)
 	d := time.Since(cl.start)
-	cl.record(out, err, d)
+	r := cl.record(out, err, d)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.KeyToolOutcome.String(r.Outcome), tracing.KeyToolStage.String(r.Stage))
+		if r.DryRun {
+			span.SetAttributes(tracing.KeyToolDryRun.Bool(true))
+		}
+	}
+	tracing.End(span, err)
 	if err != nil {
 		return Result{Duration: d}, err
 	}
@@ -328,7 +345,9 @@ func (cl *call) run(ctx context.Context, raw json.RawMessage) (json.RawMessage, 
 	if err := cl.approval(ctx); err != nil {
 		return nil, err
 	}
-	out, err := cl.upstream(ctx, args)
+	uctx, span := tracing.Start(ctx, "tool.upstream")
+	out, err := cl.upstream(uctx, args)
+	tracing.End(span, err)
 	if err != nil {
 		return nil, err
 	}
@@ -573,7 +592,7 @@ func jsonEscaped(s []byte) []byte {
 
 // record hands the call's record to Config.Record, with its arguments
 // redacted and every revealed secret scrubbed.
-func (cl *call) record(out json.RawMessage, err error, d time.Duration) {
+func (cl *call) record(out json.RawMessage, err error, d time.Duration) Record {
 	r := Record{Caller: cl.c, Tool: cl.name, Outcome: OutcomeOK, Start: cl.start, Duration: d, Status: cl.status, OutputBytes: len(out)}
 	if cl.recArgs != nil {
 		r.Args = cl.scrub(bytes.Clone(cl.recArgs))
@@ -600,7 +619,11 @@ func (cl *call) record(out json.RawMessage, err error, d time.Duration) {
 		cl.g.cfg.Record(r)
 	}
 	cl.g.observe(r)
+	return r
 }
+
+// maxSpanName caps the tool name a span carries.
+const maxSpanName = 256
 
 // end releases the call's budget place and wipes the secrets it
 // revealed.

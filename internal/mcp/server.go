@@ -27,6 +27,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/tracing"
 )
 
 // Path is where the Streamable HTTP endpoint is served; MetadataPath
@@ -68,7 +69,8 @@ func (cfg *Config) fill() error {
 		return errors.New("mcp: the API URL is required")
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
+		// The calls carry the caller's trace context (see newServer).
+		cfg.HTTPClient = &http.Client{Transport: tracing.Transport(&http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second})}
 	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
@@ -120,6 +122,18 @@ func newServer(ctx context.Context, cfg *Config, k *caller) *sdk.Server {
 			cfg.IdleTimeout.String() + " without activity.",
 		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}},
 		Logger:       cfg.Log,
+	})
+	// A tool runs on the session's context, not its HTTP request's: the
+	// trace context of the request that carried the call is taken from
+	// its headers, so that the API calls it makes continue the caller's
+	// trace (HTTPClient's transport sends it on).
+	s.AddReceivingMiddleware(func(next sdk.MethodHandler) sdk.MethodHandler {
+		return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+			if ex := req.GetExtra(); ex != nil && ex.Header != nil {
+				ctx = tracing.Extract(ctx, ex.Header)
+			}
+			return next(ctx, method, req)
+		}
 	})
 	t := &tools{cfg: cfg, k: k}
 	t.register(s)

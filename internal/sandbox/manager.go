@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/metrics"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/template"
+	"github.com/airlock-sandbox/airlock/internal/tracing"
 )
 
 // Manager owns the sandboxes of one runtime. It is safe for concurrent
@@ -223,6 +224,16 @@ func (m *Manager) Close(ctx context.Context) error {
 func (m *Manager) Create(ctx context.Context, spec Spec) (sb Sandbox, err error) {
 	began, origin := time.Now(), metrics.OriginCold
 	defer func() { m.cfg.Metrics.Created(sb.Template, origin, time.Since(began), errCode(err)) }()
+	ctx, span := tracing.Start(ctx, "sandbox.create")
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(tracing.KeyOrigin.String(origin))
+			if sb.ID != "" {
+				span.SetAttributes(tracing.KeySandbox.String(sb.ID), tracing.KeyTemplate.String(sb.Template))
+			}
+		}
+		tracing.End(span, err)
+	}()
 	rs, err := m.cfg.resolve(spec, m.templates)
 	if err != nil {
 		return Sandbox{}, err
@@ -250,8 +261,11 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (sb Sandbox, err error)
 	m.mu.Unlock()
 
 	if p != nil && rs.limits == rs.defaults {
-		sb, ok, err := m.claim(ctx, p, rs)
+		cctx, cspan := tracing.Start(ctx, "sandbox.pool_claim", tracing.KeyTemplate.String(p.template))
+		sb, ok, err := m.claim(cctx, p, rs)
 		m.cfg.Metrics.Claimed(p.template, claimResult(ok, err))
+		cspan.SetAttributes(tracing.KeyPoolResult.String(claimResult(ok, err)))
+		tracing.End(cspan, err)
 		if ok {
 			origin = metrics.OriginPool
 		}
@@ -433,7 +447,12 @@ func (m *Manager) atStep(name, id string) {
 func (m *Manager) startInstance(ctx context.Context, src template.Source, id string, limits runtime.Limits, p persisted) (runtime.Instance, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.CreateTimeout)
 	defer cancel()
-	rootfs, err := src.Resolve(ctx)
+	rctx, span := tracing.Start(ctx, "sandbox.rootfs")
+	rootfs, err := src.Resolve(rctx)
+	if err == nil {
+		span.SetAttributes(tracing.KeyLayers.Int(len(rootfs.Layers)))
+	}
+	tracing.End(span, err)
 	if err != nil {
 		return nil, err
 	}
@@ -447,7 +466,9 @@ func (m *Manager) startInstance(ctx context.Context, src template.Source, id str
 		// A pool member gets its deadline when it is claimed.
 		spec.Deadline = m.agentDeadline(p.ExpiresAt)
 	}
-	inst, err := m.rt.Create(ctx, spec)
+	rctx, span = tracing.Start(ctx, "runtime.create", tracing.KeySandbox.String(id))
+	inst, err := m.rt.Create(rctx, spec)
+	tracing.End(span, err)
 	if err != nil {
 		m.log.Warn("runtime create failed", "sandbox", id, "err", err)
 		if ctx.Err() != nil {

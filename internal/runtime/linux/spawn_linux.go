@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cgroups"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
+	"github.com/airlock-sandbox/airlock/internal/tracing"
 )
 
 // AgentCommand is the argument that makes the airlock binary run as a
@@ -145,6 +146,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
 
+	_, cgSpan := tracing.Start(ctx, "runtime.cgroup")
 	cg, err = r.cg.Create(spec.ID, cgroups.Limits{
 		MemoryBytes:      limits.MemoryBytes,
 		CPUs:             limits.CPUs,
@@ -152,6 +154,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 		AgentMemoryBytes: AgentMemoryAllowance,
 		AgentPids:        AgentPidsAllowance,
 	}, cgroups.Owner{UID: int(base), GID: int(base)})
+	tracing.End(cgSpan, err)
 	if err != nil {
 		cg = nil
 		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
@@ -242,6 +245,11 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 			Setsid:     true,
 		},
 	}
+	// The agent's start: spawned into its namespaces, handed the layers
+	// (runtime.layers), it mounts the overlay rootfs, pivots into it and
+	// reports ready; then the limits are armed.
+	startCtx, startSpan := tracing.Start(ctx, "runtime.agent_start")
+	defer func() { tracing.End(startSpan, retErr) }()
 	started := false
 	pid, err := cg.StartInAgent(cmd.SysProcAttr, func() (int, error) {
 		if err := cmd.Start(); err != nil {
@@ -279,7 +287,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	}
 	cfgR.Close()
 	statusW.Close()
+	_, layerSpan := tracing.Start(startCtx, "runtime.layers", tracing.KeyLayers.Int(len(spec.Rootfs.Layers)))
 	layerFiles, idmapped, err := idmapLayers(pid, spec.Rootfs.Layers)
+	tracing.End(layerSpan, err)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
@@ -301,9 +311,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	}
 	cfgW.Close()
 
-	startCtx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
+	readyCtx, cancel := context.WithTimeout(startCtx, r.cfg.StartTimeout)
 	defer cancel()
-	if err := waitReady(startCtx, statusR); err != nil {
+	if err := waitReady(readyCtx, statusR); err != nil {
 		return nil, fmt.Errorf("sandbox %s: agent: %w", spec.ID, err)
 	}
 	// v2: the agent has left <id> for <id>/agent (cgroups.EnterHome in
@@ -313,6 +323,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (_ runtime.Inst
 	if err := cg.Arm(); err != nil {
 		return nil, fmt.Errorf("sandbox %s: limits: %w", spec.ID, err)
 	}
+	startSpan.End() // the deferred End is then a no-op
 	pidStart, err := procStartTime(pid)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: agent exited during start: %w", spec.ID, errdefs.ErrInternal)
