@@ -72,10 +72,11 @@ func (h *Handler) readStats(ctx context.Context, sb sandbox.Sandbox) (statsReadi
 
 // getStats serves GET /v1/sandboxes/{id}/stats: one sample (two readings
 // an interval apart, for the CPU rate), or with stream=1 a sample every
-// interval as NDJSON lines until the client goes or the sandbox ends. A
-// stream is admitted like the other long requests (see inflight): it
-// counts against the caps per sandbox and per key. Reading stats is not
-// activity.
+// interval as NDJSON lines until the client goes or the sandbox ends.
+// Both are admitted like the other long requests (see inflight): a
+// single sample waits up to an interval (60 s at most), so it counts
+// against the caps per sandbox and per key while it does, as a stream
+// does. Reading stats is not activity.
 func (h *Handler) getStats(c *call) error {
 	sb, err := c.ownedSandbox()
 	if err != nil {
@@ -85,6 +86,11 @@ func (h *Handler) getStats(c *call) error {
 	if err != nil {
 		return err
 	}
+	release, err := c.admit(sb.ID, statsStreamCost)
+	if err != nil {
+		return err
+	}
+	defer release()
 	ctx := c.r.Context()
 	prev, err := h.readStats(ctx, sb)
 	if err != nil {
@@ -100,11 +106,6 @@ func (h *Handler) getStats(c *call) error {
 		}
 		return c.json(http.StatusOK, h.statsSample(sb, prev, cur))
 	}
-	release, err := c.admit(sb.ID, statsStreamCost)
-	if err != nil {
-		return err
-	}
-	defer release()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	nw := &ndjsonWriter{c: c, rc: http.NewResponseController(c.w), idle: h.lim.WriteIdleTimeout, onFail: cancel}

@@ -156,6 +156,11 @@ func TestStatsStream(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
 		t.Errorf("a second stream on a sandbox with one slot: %d %s, want 429 with Retry-After", resp.StatusCode, b)
 	}
+	// A single sample waits up to an interval too: it needs a slot as well.
+	resp, b = e.do("GET", "/v1/sandboxes/"+sb.ID+"/stats?interval_ms=100", keyA, "", nil)
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("a sample on a sandbox with its one slot taken: %d %s, want 429", resp.StatusCode, b)
+	}
 	select {
 	case err := <-done:
 		if err != nil {

@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -33,6 +34,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/tracing"
 )
 
 // The routes, as http.ServeMux patterns.
@@ -134,6 +136,8 @@ type Handler struct {
 	mux      *http.ServeMux
 	sessions *sessions
 	inflight chan struct{}
+	tenants  tenantSlots
+	files    chan struct{} // see bounds.go
 }
 
 // New returns a Handler; Close ends its sessions.
@@ -142,7 +146,7 @@ func New(cfg Config) (*Handler, error) {
 		return nil, errors.New("anthropic: the API URL is required")
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
+		cfg.HTTPClient = &http.Client{Transport: tracing.Transport(&http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second})}
 	}
 	if cfg.Idle <= 0 {
 		cfg.Idle = DefaultIdle
@@ -156,7 +160,8 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{cfg: cfg, mux: http.NewServeMux(), inflight: make(chan struct{}, maxInflight)}
+	h := &Handler{cfg: cfg, mux: http.NewServeMux(), inflight: make(chan struct{}, maxInflight),
+		files: make(chan struct{}, maxFilesAtOnce)}
 	h.sessions = newSessions(cfg.Idle, cfg.MaxSessions, cfg.MaxSessionsPerKey, cfg.Log)
 	h.mux.HandleFunc(ToolUsesPattern, h.toolUses)
 	h.mux.HandleFunc(SessionPattern, h.endSession)
@@ -375,6 +380,7 @@ func toolUses(raw json.RawMessage) ([]ToolUse, error) {
 type caller struct {
 	c      *client.Client
 	key    string // tenant/key id
+	tenant string
 	scopes []string
 }
 
@@ -396,11 +402,12 @@ func (h *Handler) newCaller(r *http.Request) (*caller, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &caller{c: c, key: who.TenantID + "/" + who.KeyID, scopes: who.Scopes}, nil
+	return &caller{c: c, key: who.TenantID + "/" + who.KeyID, tenant: who.TenantID, scopes: who.Scopes}, nil
 }
 
 // toolUses serves POST /v1/sandboxes/{id}/anthropic/tool-uses.
 func (h *Handler) toolUses(w http.ResponseWriter, r *http.Request) {
+	bodyRead := bodyDeadline(w)
 	select {
 	case h.inflight <- struct{}{}:
 		defer func() { <-h.inflight }()
@@ -414,6 +421,13 @@ func (h *Handler) toolUses(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	done, ok := h.tenants.take(k.tenant)
+	if !ok {
+		writeError(w, &client.APIError{Status: http.StatusTooManyRequests, Code: api.CodeResourceExhausted,
+			Message: fmt.Sprintf("too many tool-use requests of this tenant in flight (%d); retry", maxInflightPerTenant)})
+		return
+	}
+	defer done()
 	// The sandbox first, as the API answers: a missing one is 404 whatever
 	// the body.
 	sb, err := k.c.GetSandbox(r.Context(), id)
@@ -430,9 +444,14 @@ func (h *Handler) toolUses(w http.ResponseWriter, r *http.Request) {
 			writeError(w, &client.APIError{Status: http.StatusRequestEntityTooLarge, Code: api.CodeRequestTooLarge, Message: fmt.Sprintf("the body is larger than %d bytes", maxBody)})
 			return
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			writeError(w, &client.APIError{Status: http.StatusRequestTimeout, Code: api.CodeTimeout, Message: fmt.Sprintf("the body did not arrive within %s", bodyTimeout)})
+			return
+		}
 		writeError(w, invalid("the body is not a valid request: %v", err))
 		return
 	}
+	bodyRead()
 	if dec.More() {
 		writeError(w, invalid("the body holds more than one JSON value"))
 		return
@@ -481,7 +500,7 @@ func (h *Handler) runUses(ctx context.Context, k *caller, sb *client.Sandbox, o 
 		return err
 	}
 	defer h.sessions.release(conv)
-	x := &run{h: h, k: k, sb: sb, o: o, conv: conv}
+	x := &run{h: h, k: k, sb: sb, o: o, conv: conv, budget: answerBudget{left: maxAnswerBytes}}
 	for _, u := range uses {
 		out.Content = append(out.Content, x.one(ctx, u))
 	}
@@ -515,6 +534,8 @@ type run struct {
 	sb   *client.Sandbox
 	o    options
 	conv *conversation
+	// budget is what the answer may still carry of results.
+	budget answerBudget
 }
 
 // toolError is a failure the model is told about as it is.
@@ -528,7 +549,7 @@ func toolErrorf(format string, args ...any) error { return toolError(fmt.Sprintf
 func (x *run) one(ctx context.Context, u ToolUse) ToolResult {
 	text, err := x.dispatch(ctx, u)
 	if err == nil {
-		return ToolResult{Type: "tool_result", ToolUseID: u.ID, Content: text}
+		return ToolResult{Type: "tool_result", ToolUseID: u.ID, Content: x.budget.keep(text)}
 	}
 	var te toolError
 	msg := ""
@@ -538,7 +559,7 @@ func (x *run) one(ctx context.Context, u ToolUse) ToolResult {
 	default:
 		msg = "Error: " + apiMessage(err)
 	}
-	return ToolResult{Type: "tool_result", ToolUseID: u.ID, Content: msg, IsError: true}
+	return ToolResult{Type: "tool_result", ToolUseID: u.ID, Content: x.budget.keep(msg), IsError: true}
 }
 
 func (x *run) dispatch(ctx context.Context, u ToolUse) (string, error) {

@@ -195,13 +195,7 @@ func (b *bashSession) exec(ctx context.Context, c *client.Client, command string
 	nonce := make([]byte, 12)
 	_, _ = rand.Read(nonce)
 	n := hex.EncodeToString(nonce)
-	// The marker is printed from two arguments so that a trace (set -x)
-	// of the printf never shows it whole. The command is evaluated with
-	// stdin from /dev/null so that it cannot read the session's input.
-	script := "__airlock_cmd=" + ansiC(command) + "\n" +
-		"eval \"$__airlock_cmd\" </dev/null\n" +
-		"printf '\\n%s%s:%s\\n' __AIRLOCK_ " + n + "__ \"$?\"\n"
-	marker := []byte("\n__AIRLOCK_" + n + "__:")
+	script, marker := sessionScript(command, n)
 	out := &capped{max: b.maxChars}
 	b.mu.Lock()
 	b.pending = append(b.leftover, b.pending...)
@@ -221,12 +215,13 @@ func (b *bashSession) exec(ctx context.Context, c *client.Client, command string
 	}
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
+	scan := &markerScan{marker: marker}
 	for {
 		b.mu.Lock()
 		out.tail = append(out.tail, b.pending...)
 		b.pending = b.pending[:0]
 		b.mu.Unlock()
-		if i := bytes.Index(out.tail, marker); i >= 0 {
+		if i := scan.find(out.tail); i >= 0 {
 			rest := out.tail[i+len(marker):]
 			if nl := bytes.IndexByte(rest, '\n'); nl >= 0 {
 				status, err := strconv.Atoi(string(rest[:nl]))
@@ -239,7 +234,9 @@ func (b *bashSession) exec(ctx context.Context, c *client.Client, command string
 				return outcome{output: out.text(), status: status}, nil
 			}
 		}
+		kept := len(out.tail)
 		out.trim(len(marker) + 16)
+		scan.dropped(kept - len(out.tail))
 		if b.done() {
 			// What came before the end was all taken above.
 			out.trim(0)
@@ -259,6 +256,57 @@ func (b *bashSession) exec(ctx context.Context, c *client.Client, command string
 			return outcome{}, ctx.Err()
 		}
 	}
+}
+
+// markerScan finds a command's end marker in its output as it arrives,
+// searching each byte once (and the marker's length of overlap): a
+// command that trickles its output a byte at a time would otherwise have
+// the whole tail kept (up to half of max_output_chars) searched again
+// for each byte, a CPU of the daemon's per session.
+type markerScan struct {
+	marker  []byte
+	seen    int   // tail[:seen] holds no start of the marker
+	scanned int64 // bytes searched (tests read it)
+}
+
+// find returns the marker's index in tail, or -1.
+func (m *markerScan) find(tail []byte) int {
+	from := min(m.seen, len(tail))
+	m.scanned += int64(len(tail) - from)
+	if i := bytes.Index(tail[from:], m.marker); i >= 0 {
+		m.seen = from + i // found: its status line may be yet to come
+		return from + i
+	}
+	m.seen = max(from, len(tail)-len(m.marker)+1)
+	return -1
+}
+
+// dropped tells m that n bytes left the front of the tail.
+func (m *markerScan) dropped(n int) { m.seen = max(0, m.seen-n) }
+
+// sessionScript is what the session's shell is sent to run command, and
+// the marker that ends its output, with nonce n.
+//
+// The command is evaluated by the shell itself (that is what keeps the
+// directory and variables), with stdin from /dev/null; bash keeps its
+// own input open meanwhile on a descriptor of its own, which the
+// command's builtins can read. So the script is one line (the command's
+// newlines are escapes in its $'...' word), which bash reads whole
+// before it runs any of it: while the command runs, the shell's input
+// holds nothing more, neither the printf that carries the nonce nor
+// (the next script is sent after this one's marker) a later command.
+// (Not a { ...; } group over lines: after a syntax error in eval, bash
+// no longer takes the next group's "{" for a reserved word.) What the command itself does as the shell
+// (a DEBUG trap sees the printf; a job it leaves reading that
+// descriptor takes later commands) is the sandbox's code acting in its
+// own sandbox: see docs/SECURITY.md. The marker is printed from two
+// arguments so that a trace (set -x) of the printf never shows it
+// whole.
+func sessionScript(command, n string) (script string, marker []byte) {
+	script = "__airlock_cmd=" + ansiC(command) + "; " +
+		"eval \"$__airlock_cmd\" </dev/null; " +
+		"printf '\\n%s%s:%s\\n' __AIRLOCK_ " + n + "__ \"$?\"\n"
+	return script, []byte("\n__AIRLOCK_" + n + "__:")
 }
 
 // waitDone waits up to d for the stream's end.

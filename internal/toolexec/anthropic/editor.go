@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -34,10 +35,15 @@ type editor struct {
 	sandbox string
 	user    string
 	maxFile int64
+	// limit is the most bytes of numbered lines a result builds (what
+	// the answer can still carry); slots, when set, are the handler's
+	// file slots (see bounds.go).
+	limit int
+	slots chan struct{}
 }
 
 func (x *run) editor(ctx context.Context, input map[string]any) (string, error) {
-	e := &editor{fs: x.k.c, sandbox: x.sb.ID, user: x.o.user, maxFile: x.o.maxFile}
+	e := &editor{fs: x.k.c, sandbox: x.sb.ID, user: x.o.user, maxFile: x.o.maxFile, limit: x.budget.left, slots: x.h.files}
 	return e.run(ctx, input)
 }
 
@@ -51,6 +57,14 @@ func (e *editor) run(ctx context.Context, input map[string]any) (string, error) 
 	path, ok := input["path"].(string)
 	if !ok || path == "" || strings.IndexByte(path, 0) >= 0 {
 		return "", toolError("Parameter `path` is required and must be a file path.")
+	}
+	if e.slots != nil && (command == "view" || command == "str_replace" || command == "insert") {
+		// The file is held several times over while it is edited.
+		free, err := slot(ctx, e.slots)
+		if err != nil {
+			return "", err
+		}
+		defer free()
 	}
 	switch command {
 	case "view":
@@ -190,16 +204,51 @@ func lineCount(text string) int {
 	return n
 }
 
-// numbered is lines numbered from first, as cat -n prints them.
-func numbered(lines []string, first int) string {
+// numbered is lines from to to (0-based, to excluded) of text, numbered
+// as cat -n prints them, and how many characters that is whole; it stops
+// building past limit bytes (what a result can carry), so that a file of
+// empty lines does not become nine times its size in the daemon.
+func numbered(text string, from, to, limit int) (string, int) {
 	var sb strings.Builder
-	for i, l := range lines {
-		if i > 0 {
+	total := 0
+	rest := text
+	for i := 0; i < to && rest != ""; i++ {
+		l := rest
+		if nl := strings.IndexByte(rest, '\n'); nl >= 0 {
+			l, rest = rest[:nl], rest[nl+1:]
+		} else {
+			rest = ""
+		}
+		if i < from {
+			continue
+		}
+		l = strings.TrimSuffix(l, "\r")
+		num := strconv.Itoa(i + 1)
+		if i > from {
+			total++
+		}
+		total += max(6, len(num)) + 1 + utf8.RuneCountInString(l)
+		if sb.Len() > limit {
+			continue
+		}
+		if room := limit - sb.Len() + 1; len(l) > room {
+			// One byte past limit, so that the result is seen cut.
+			for room > 0 && !utf8.RuneStart(l[room]) {
+				room--
+			}
+			l = l[:room]
+		}
+		if i > from {
 			sb.WriteByte('\n')
 		}
-		fmt.Fprintf(&sb, "%6d\t%s", first+i, strings.TrimSuffix(l, "\r"))
+		for range 6 - len(num) {
+			sb.WriteByte(' ')
+		}
+		sb.WriteString(num)
+		sb.WriteByte('\t')
+		sb.WriteString(l)
 	}
-	return sb.String()
+	return sb.String(), total
 }
 
 func (e *editor) view(ctx context.Context, path string, input map[string]any) (string, error) {
@@ -218,6 +267,7 @@ func (e *editor) view(ctx context.Context, path string, input map[string]any) (s
 		return "", err
 	}
 	var out string
+	total := -1 // the characters of the whole output, when out is cut short
 	switch st.Type {
 	case "dir":
 		if hasRange {
@@ -253,11 +303,7 @@ func (e *editor) view(ctx context.Context, path string, input map[string]any) (s
 			return "", err
 		}
 		n := lineCount(text)
-		var lines []string
-		if n > 0 {
-			lines = strings.Split(text, "\n")[:n]
-		}
-		first, shown := 1, lines
+		first, last := 1, n
 		if hasRange {
 			arr, ok := rng.([]any)
 			var a, b int64
@@ -281,19 +327,30 @@ func (e *editor) view(ctx context.Context, path string, input map[string]any) (s
 			case b != -1 && b < a:
 				return "", toolErrorf("Invalid `view_range`: %s. Its second element `%d` should be larger or equal than its first `%d`", r, b, a)
 			}
-			end := int64(n)
+			first = int(a)
 			if b != -1 {
-				end = b
+				last = int(b)
 			}
-			first, shown = int(a), lines[a-1:end]
 		}
-		out = "Here's the result of running `cat -n` on " + path + ":\n" + numbered(shown, first) + "\n"
+		head := "Here's the result of running `cat -n` on " + path + ":\n"
+		// Built up to what can be shown: max characters (4 bytes at
+		// most each), and no more than the answer carries.
+		limit := e.limit
+		if max >= 0 && max < int64(limit)/4 {
+			limit = int(max) * 4
+		}
+		lines, n := numbered(text, first-1, last, limit)
+		out = head + lines + "\n"
+		total = utf8.RuneCountInString(head) + n + 1
 	default:
 		return "", toolErrorf("The path %s is not a regular file or directory.", path)
 	}
-	if total := utf8.RuneCountInString(out); max >= 0 && int64(total) > max {
+	if total < 0 {
+		total = utf8.RuneCountInString(out)
+	}
+	if max >= 0 && int64(total) > max {
 		cut := 0
-		for i := int64(0); i < max; i++ {
+		for i := int64(0); i < max && cut < len(out); i++ {
 			_, size := utf8.DecodeRuneInString(out[cut:])
 			cut += size
 		}
@@ -304,11 +361,12 @@ func (e *editor) view(ctx context.Context, path string, input map[string]any) (s
 
 // snippet is a few numbered lines around count lines from line start
 // (0-based).
-func snippet(path, text string, start, count int) string {
-	lines := strings.Split(text, "\n")
+// It builds at most limit bytes of lines.
+func snippet(path, text string, start, count, limit int) string {
 	from := max(0, start-4)
 	to := max(from, min(lineCount(text), start+count+4))
-	return "Here's the result of running `cat -n` on a snippet of " + path + ":\n" + numbered(lines[from:to], from+1) + "\n"
+	lines, _ := numbered(text, from, to, limit)
+	return "Here's the result of running `cat -n` on a snippet of " + path + ":\n" + lines + "\n"
 }
 
 func (e *editor) strReplace(ctx context.Context, path string, input map[string]any) (string, error) {
@@ -351,7 +409,7 @@ func (e *editor) strReplace(ctx context.Context, path string, input map[string]a
 		return "", err
 	}
 	startLine := strings.Count(text[:at], "\n")
-	return "The file " + path + " has been edited. " + snippet(path, edited, startLine, strings.Count(newStr, "\n")+1) +
+	return "The file " + path + " has been edited. " + snippet(path, edited, startLine, strings.Count(newStr, "\n")+1, e.limit) +
 		"Review the changes and make sure they are as expected. Edit the file again if necessary.", nil
 }
 
@@ -406,6 +464,6 @@ func (e *editor) insert(ctx context.Context, path string, input map[string]any) 
 	if err := e.writeText(ctx, path, edited, crlf); err != nil {
 		return "", err
 	}
-	return "The file " + path + " has been edited. " + snippet(path, edited, k, strings.Count(block, "\n")) +
+	return "The file " + path + " has been edited. " + snippet(path, edited, k, strings.Count(block, "\n"), e.limit) +
 		"Review the changes and make sure they are as expected (correct indentation, no duplicate lines, etc). Edit the file again if necessary.", nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,11 +35,15 @@ type conversation struct {
 type sessions struct {
 	idle          time.Duration
 	max, maxPerKy int
-	log           *slog.Logger
-	ctx           context.Context // the bash streams' context, ended by close
-	cancel        context.CancelFunc
-	wg            sync.WaitGroup // the bash streams
-	stopSweep     chan struct{}
+	// maxPerTn caps one tenant's conversations (a quarter of max, at
+	// least maxPerKy), so that a tenant's keys cannot fill the table and
+	// evict the other tenants' shells.
+	maxPerTn  int
+	log       *slog.Logger
+	ctx       context.Context // the bash streams' context, ended by close
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup // the bash streams
+	stopSweep chan struct{}
 
 	mu     sync.Mutex
 	convs  map[convKey]*conversation
@@ -47,7 +52,7 @@ type sessions struct {
 
 func newSessions(idle time.Duration, max, maxPerKey int, log *slog.Logger) *sessions {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &sessions{idle: idle, max: max, maxPerKy: maxPerKey, log: log, ctx: ctx, cancel: cancel,
+	s := &sessions{idle: idle, max: max, maxPerKy: maxPerKey, maxPerTn: perTenant(max, maxPerKey), log: log, ctx: ctx, cancel: cancel,
 		stopSweep: make(chan struct{}), convs: map[convKey]*conversation{}}
 	go s.sweeper()
 	return s
@@ -99,24 +104,30 @@ func (s *sessions) release(c *conversation) {
 }
 
 // makeRoomLocked removes, past a cap, the unused conversation idle
-// longest (of key's own past the per-key cap) and returns the bash
-// sessions to end; false when every candidate is in use.
+// longest (of key's own past the per-key cap, of its tenant's past the
+// per-tenant cap) and returns the bash sessions to end; false when every
+// candidate is in use.
 func (s *sessions) makeRoomLocked(key string) ([]*bashSession, bool) {
 	var victims []*bashSession
+	tenant := tenantOf(key)
 	for {
-		total, mine := len(s.convs), 0
+		total, mine, ours := len(s.convs), 0, 0
 		for k := range s.convs {
 			if k.key == key {
 				mine++
 			}
+			if tenantOf(k.key) == tenant {
+				ours++
+			}
 		}
-		if total < s.max && mine < s.maxPerKy {
+		if total < s.max && mine < s.maxPerKy && ours < s.maxPerTn {
 			return victims, true
 		}
 		onlyMine := mine >= s.maxPerKy
+		onlyOurs := !onlyMine && ours >= s.maxPerTn
 		var oldest *conversation
 		for k, c := range s.convs {
-			if c.users > 0 || onlyMine && k.key != key {
+			if c.users > 0 || onlyMine && k.key != key || onlyOurs && tenantOf(k.key) != tenant {
 				continue
 			}
 			if oldest == nil || c.lastUsed.Before(oldest.lastUsed) {
@@ -132,6 +143,15 @@ func (s *sessions) makeRoomLocked(key string) ([]*bashSession, bool) {
 			victims = append(victims, oldest.bash)
 		}
 	}
+}
+
+// perTenant is the per-tenant cap for caps total and perKey.
+func perTenant(total, perKey int) int { return max(perKey, total/4) }
+
+// tenantOf is the tenant of a conversation's key ("tenant/key").
+func tenantOf(key string) string {
+	t, _, _ := strings.Cut(key, "/")
+	return t
 }
 
 // end ends k's conversation, waiting for its requests in progress.

@@ -20,12 +20,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
 
 	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/tracing"
 )
 
 // Pattern is the route this package serves, as a ServeMux pattern.
@@ -75,14 +77,22 @@ type Config struct {
 // Handler returns the handler of Pattern.
 func Handler(cfg Config) http.Handler {
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second}}
+		cfg.HTTPClient = &http.Client{Transport: tracing.Transport(&http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second})}
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	lim := &limits{inflight: make(chan struct{}, maxInflight), patches: make(chan struct{}, maxPatchesAtOnce), tenants: &tenantSlots{}}
 	mux := http.NewServeMux()
-	mux.HandleFunc(Pattern, func(w http.ResponseWriter, r *http.Request) { serve(&cfg, w, r) })
+	mux.HandleFunc(Pattern, func(w http.ResponseWriter, r *http.Request) { serve(&cfg, lim, w, r) })
 	return mux
+}
+
+// limits are a handler's: its requests in flight and its patches being
+// applied (see bounds.go).
+type limits struct {
+	inflight, patches chan struct{}
+	tenants           *tenantSlots
 }
 
 // Request is the route's body: the output items of a response (Output,
@@ -154,7 +164,16 @@ func (req *Request) validate() error {
 	return nil
 }
 
-func serve(cfg *Config, w http.ResponseWriter, r *http.Request) {
+func serve(cfg *Config, lim *limits, w http.ResponseWriter, r *http.Request) {
+	bodyRead := bodyDeadline(w)
+	select {
+	case lim.inflight <- struct{}{}:
+		defer func() { <-lim.inflight }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, wire.CodeResourceExhausted, fmt.Sprintf("too many tool-call requests in flight (%d); retry", maxInflight))
+		return
+	}
 	key, ok := bearer(r)
 	if !ok {
 		writeError(w, http.StatusUnauthorized, wire.CodeUnauthenticated, "an API key is required (Authorization: Bearer KEY)")
@@ -165,22 +184,44 @@ func serve(cfg *Config, w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnsupportedMediaType, wire.CodeUnsupportedMediaType, "the body must be application/json")
 		return
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), maxRequestTime)
+	defer cancel()
+	c, err := client.New(cfg.APIURL, key, client.WithHTTPClient(cfg.HTTPClient), client.WithUserAgent("airlock-openai-executor"))
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	// The key before the body: a request without a valid key holds no
+	// slot while its body arrives, and a tenant's bodies hold only its
+	// own slots.
+	who, err := c.WhoAmI(ctx)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	done, ok := lim.tenants.take(who.TenantID)
+	if !ok {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, wire.CodeResourceExhausted, fmt.Sprintf("too many tool-call requests of this tenant in flight (%d); retry", maxInflightPerTenant))
+		return
+	}
+	defer done()
 	var req Request
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := decodeBody(w, r, &req); err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		switch {
+		case errors.As(err, &tooBig):
 			writeError(w, http.StatusRequestEntityTooLarge, wire.CodeRequestTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxBody))
-			return
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			writeError(w, http.StatusRequestTimeout, wire.CodeTimeout, fmt.Sprintf("the body did not arrive within %s", bodyTimeout))
+		case errors.Is(err, errTrailing):
+			writeError(w, http.StatusBadRequest, wire.CodeInvalidArgument, "the body must be one JSON object")
+		default:
+			writeError(w, http.StatusBadRequest, wire.CodeInvalidArgument, "the body is not a valid request: "+err.Error())
 		}
-		writeError(w, http.StatusBadRequest, wire.CodeInvalidArgument, "the body is not a valid request: "+err.Error())
 		return
 	}
-	if dec.More() {
-		writeError(w, http.StatusBadRequest, wire.CodeInvalidArgument, "the body must be one JSON object")
-		return
-	}
+	bodyRead()
 	if err := req.validate(); err != nil {
 		writeError(w, http.StatusBadRequest, wire.CodeInvalidArgument, err.Error())
 		return
@@ -198,18 +239,11 @@ func serve(cfg *Config, w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, wire.CodeInvalidArgument, err.Error())
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), maxRequestTime)
-	defer cancel()
-	c, err := client.New(cfg.APIURL, key, client.WithHTTPClient(cfg.HTTPClient), client.WithUserAgent("airlock-openai-executor"))
-	if err != nil {
+	if err := authorize(ctx, c, who.Scopes, id, calls); err != nil {
 		writeAPIError(w, err)
 		return
 	}
-	if err := authorize(ctx, c, id, calls); err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	x := &executor{c: c, id: id, req: &req}
+	x := &executor{c: c, id: id, req: &req, patches: lim.patches, budget: answerBudget{left: maxAnswerBytes}}
 	resp := Response{Input: []any{}, Unhandled: unhandled}
 	for _, call := range calls {
 		out, err := x.run(ctx, call)
@@ -226,18 +260,14 @@ func serve(cfg *Config, w http.ResponseWriter, r *http.Request) {
 }
 
 // authorize checks, before any call runs, what would make the whole
-// request fail: the key (401), the scopes its calls need (403) and,
-// where the key may read it, that the sandbox exists for its tenant
-// (404). A key without sandboxes:read learns of a missing sandbox from
-// the first command.
-func authorize(ctx context.Context, c *client.Client, id string, calls []*call) error {
-	who, err := c.WhoAmI(ctx)
-	if err != nil {
-		return err
-	}
+// request fail beside the key (checked first, 401): the scopes its calls
+// need (403) and, where the key may read it, that the sandbox exists for
+// its tenant (404). A key without sandboxes:read learns of a missing
+// sandbox from the first command.
+func authorize(ctx context.Context, c *client.Client, scopes []string, id string, calls []*call) error {
 	has := func(s string) bool {
-		return slices.Contains(who.Scopes, s) || slices.Contains(who.Scopes, "operator") ||
-			s != "operator" && slices.Contains(who.Scopes, "admin")
+		return slices.Contains(scopes, s) || slices.Contains(scopes, "operator") ||
+			s != "operator" && slices.Contains(scopes, "admin")
 	}
 	for _, cl := range calls {
 		for _, s := range cl.scopes() {

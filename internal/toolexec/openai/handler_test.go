@@ -81,6 +81,10 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case cmd == "deny":
 			apiError(w, 403, wire.CodePermissionDenied, "command deny is denied by rule 1")
 			return
+		case cmd == "flood":
+			// What hostile code prints: 1 MiB a stream of the bytes JSON
+			// escapes longest.
+			out, errOut = strings.Repeat("<", 1<<20), strings.Repeat("\x01", 1<<20)
 		case cmd == "vanish":
 			apiError(w, 404, wire.CodeNotFound, "sandbox sb1 not found")
 			return
@@ -126,6 +130,21 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // harness serves the executor in front of a fake API.
 func harness(t *testing.T) (*fakeAPI, func(key, id, body string) (int, map[string]any)) {
 	t.Helper()
+	f, postRaw := harnessRaw(t)
+	return f, func(key, id, body string) (int, map[string]any) {
+		t.Helper()
+		st, raw := postRaw(key, id, body)
+		var out map[string]any
+		if err := json.Unmarshal(raw, &out); err != nil {
+			t.Fatalf("status %d: body is not JSON: %v", st, err)
+		}
+		return st, out
+	}
+}
+
+// harnessRaw is harness answering the body as it came.
+func harnessRaw(t *testing.T) (*fakeAPI, func(key, id, body string) (int, []byte)) {
+	t.Helper()
 	f := newFakeAPI()
 	mux := http.NewServeMux()
 	for _, p := range []string{"GET /v1/whoami", "GET /v1/sandboxes/{id}", "POST /v1/sandboxes/{id}/exec", "PUT /v1/sandboxes/{id}/files",
@@ -136,7 +155,7 @@ func harness(t *testing.T) (*fakeAPI, func(key, id, body string) (int, map[strin
 	t.Cleanup(api.Close)
 	edge := httptest.NewServer(Handler(Config{APIURL: api.URL}))
 	t.Cleanup(edge.Close)
-	return f, func(key, id, body string) (int, map[string]any) {
+	return f, func(key, id, body string) (int, []byte) {
 		t.Helper()
 		req, _ := http.NewRequest("POST", edge.URL+"/v1/sandboxes/"+id+"/openai/tool-calls", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -148,11 +167,11 @@ func harness(t *testing.T) (*fakeAPI, func(key, id, body string) (int, map[strin
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var out map[string]any
-		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-			t.Fatalf("status %d: body is not JSON: %v", resp.StatusCode, err)
+		raw, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return resp.StatusCode, out
+		return resp.StatusCode, raw
 	}
 }
 

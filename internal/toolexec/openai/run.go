@@ -22,6 +22,10 @@ type executor struct {
 	c   *client.Client
 	id  string
 	req *Request
+	// patches are the handler's patch slots; budget is what the answer
+	// may still carry of outputs.
+	patches chan struct{}
+	budget  answerBudget
 }
 
 // shellOutput is one command's entry of a shell_call_output.
@@ -175,7 +179,7 @@ func (x *executor) shell(ctx context.Context, c *call) (any, error) {
 	limit := x.outputLimit(c.Shell.MaxOutputLength)
 	out := shellCallOutput{Type: typeShellOutput, CallID: c.CallID, Output: []shellOutput{}, MaxOutputLength: limit, Caller: c.Caller}
 	if c.problem != "" {
-		out.Output = append(out.Output, shellOutput{Stderr: "airlock: " + c.problem, Outcome: exited(2)})
+		out.Output = append(out.Output, shellOutput{Stderr: x.budget.keep("airlock: "+c.problem, false), Outcome: exited(2)})
 		return out, nil
 	}
 	timeout := x.timeout(c.Shell.TimeoutMS)
@@ -186,13 +190,14 @@ func (x *executor) shell(ctx context.Context, c *call) (any, error) {
 			if fatal(ctx, err) {
 				return nil, err
 			}
-			out.Output = append(out.Output, shellOutput{Stderr: "airlock: " + message(err), Outcome: exited(126)})
+			out.Output = append(out.Output, shellOutput{Stderr: x.budget.keep("airlock: "+message(err), false), Outcome: exited(126)})
 			continue
 		}
 		o := shellOutput{Stdout: truncate(res.Stdout, limit), Stderr: truncate(res.Stderr, limit), Outcome: exited(exitCode(res))}
 		if res.Error != "" {
 			o.Stderr = truncate([]byte(o.Stderr+"airlock: "+res.Error), limit)
 		}
+		o.Stdout, o.Stderr = x.budget.keep(o.Stdout, false), x.budget.keep(o.Stderr, false)
 		if res.Status == client.StatusTimeout {
 			o.Outcome = outcome{Type: "timeout"}
 			out.Output = append(out.Output, o)
@@ -219,6 +224,7 @@ type localShellResult struct {
 func (x *executor) localShell(ctx context.Context, c *call) (any, error) {
 	var r localShellResult
 	answer := func() (any, error) {
+		r.Output = x.budget.keep(r.Output, true)
 		b, _ := json.Marshal(r)
 		return localShellCallOutput{Type: typeLocalShellOutput, ID: c.CallID, Output: string(b)}, nil
 	}
@@ -269,18 +275,24 @@ func (x *executor) patchPath(p string) string {
 func (x *executor) applyPatch(ctx context.Context, c *call) (any, error) {
 	out := applyPatchCallOutput{Type: typeApplyPatchOutput, CallID: c.CallID, Status: "completed", Caller: c.Caller}
 	fail := func(msg string) (any, error) {
-		out.Status, out.Output = "failed", msg
+		out.Status, out.Output = "failed", x.budget.keep(msg, false)
 		return out, nil
 	}
 	if c.problem != "" {
 		return fail(c.problem)
 	}
+	// A patch holds its file and their lines several times over, and
+	// matches them: a few at a time (bounds.go).
+	free, err := slot(ctx, x.patches)
+	if err != nil {
+		return nil, err
+	}
+	defer free()
 	p := x.patchPath(c.Patch.Path)
 	opts := []client.FileOption{}
 	if x.req.User != "" {
 		opts = append(opts, client.AsUser(x.req.User))
 	}
-	var err error
 	switch c.Patch.Type {
 	case "create_file":
 		var content string
@@ -312,6 +324,7 @@ func (x *executor) applyPatch(ctx context.Context, c *call) (any, error) {
 		}
 		return fail(fmt.Sprintf("%s: %s", c.Patch.Path, message(err)))
 	}
+	out.Output = x.budget.keep(out.Output, false)
 	return out, nil
 }
 
@@ -366,7 +379,7 @@ const maxTraces = 100
 func (x *executor) program(ctx context.Context, c *call) (any, error) {
 	out := functionCallOutput{Type: typeFunctionOutput, CallID: c.CallID, Caller: c.Caller}
 	if c.problem != "" {
-		out.Output = "error: " + c.problem
+		out.Output = x.budget.keep("error: "+c.problem, false)
 		return out, nil
 	}
 	timeout := x.timeout(nil)
@@ -379,12 +392,12 @@ func (x *executor) program(ctx context.Context, c *call) (any, error) {
 		if fatal(ctx, err) {
 			return nil, err
 		}
-		out.Output = "error: " + message(err)
+		out.Output = x.budget.keep("error: "+message(err), false)
 		return out, nil
 	}
 	limit := x.outputLimit(nil)
-	r := programResult{Status: res.Status, ExitCode: exitCode(&res.ExecResult), Stdout: truncate(res.Stdout, limit),
-		Stderr: truncate(res.Stderr, limit), Error: res.Error, ToolCalls: []toolTrace{}, ToolCallsOmitted: res.ToolCallsDropped}
+	r := programResult{Status: res.Status, ExitCode: exitCode(&res.ExecResult), Stdout: x.budget.keep(truncate(res.Stdout, limit), true),
+		Stderr: x.budget.keep(truncate(res.Stderr, limit), true), Error: res.Error, ToolCalls: []toolTrace{}, ToolCallsOmitted: res.ToolCallsDropped}
 	for i, t := range res.ToolCalls {
 		if i == maxTraces {
 			r.ToolCallsOmitted += len(res.ToolCalls) - i

@@ -23,6 +23,40 @@ func (e diffError) Error() string { return string(e) }
 
 func diffErrorf(format string, args ...any) error { return diffError(fmt.Sprintf(format, args...)) }
 
+// The applier's bounds. The diff is the model's and the file may be the
+// sandbox's, so neither may make the daemon work or hold memory in
+// proportion to the product of their sizes: each is split into lines
+// (16 bytes a line per copy, beside the text), so both are capped in
+// lines, and the matching (a section's context tried at every line from
+// the cursor, in three passes; an anchor searched from the file's top
+// for every section) draws on a budget of line comparisons, each
+// weighted by the bytes it compares. A patch past either fails like a
+// patch that does not apply. The reference has neither bound; a patch a
+// model writes for a real file uses a small part of each.
+const (
+	maxPatchLines = 1 << 20
+	maxPatchWork  = 1 << 27
+)
+
+// errTooMuchWork: the patch exhausted the matching budget.
+var errTooMuchWork = diffErrorf("The patch takes too much work to match against the file (over %d line comparisons): "+
+	"give each section less context or anchors that occur once, or split the patch.", maxPatchWork)
+
+// workBudget is what is left of maxPatchWork.
+type workBudget struct{ left int }
+
+// compare spends a comparison of a and b, eight times dearer when both
+// are trimmed first (what that costs, measured); false once the budget
+// is gone.
+func (w *workBudget) compare(a, b string, trimmed bool) bool {
+	cost := 1 + (len(a)+len(b))>>5
+	if trimmed {
+		cost *= 8
+	}
+	w.left -= cost
+	return w.left >= 0
+}
+
 // The markers that end a section or a file's patch.
 const (
 	endPatch = "*** End Patch"
@@ -40,6 +74,12 @@ var (
 // line ends so). It fails when the diff is malformed or its context is
 // not in input.
 func applyDiff(input, diff string, create bool) (string, error) {
+	if n := strings.Count(diff, "\n"); n > maxPatchLines {
+		return "", diffErrorf("The diff has %d lines; at most %d are applied.", n, maxPatchLines)
+	}
+	if n := strings.Count(input, "\n"); n > maxPatchLines {
+		return "", diffErrorf("The file has %d lines; apply_patch updates files of at most %d.", n, maxPatchLines)
+	}
 	lines := normalizeDiffLines(diff)
 	if create {
 		return parseCreateDiff(lines)
@@ -91,6 +131,7 @@ type diffParser struct {
 	lines []string
 	index int
 	fuzz  int
+	work  workBudget
 }
 
 func (p *diffParser) done(prefixes []string) bool {
@@ -136,7 +177,7 @@ type chunk struct {
 }
 
 func parseUpdateDiff(lines []string, input string) ([]chunk, error) {
-	p := &diffParser{lines: append(append([]string(nil), lines...), endPatch)}
+	p := &diffParser{lines: append(append([]string(nil), lines...), endPatch), work: workBudget{left: maxPatchWork}}
 	inputLines := strings.Split(input, "\n")
 	var chunks []chunk
 	cursor := 0
@@ -156,7 +197,10 @@ func parseUpdateDiff(lines []string, input string) ([]chunk, error) {
 		if err != nil {
 			return nil, err
 		}
-		newIndex, fuzz := findContext(inputLines, sec.context, cursor, sec.eof)
+		newIndex, fuzz, err := findContext(inputLines, sec.context, cursor, sec.eof, &p.work)
+		if err != nil {
+			return nil, err
+		}
 		if newIndex == -1 {
 			text := strings.Join(sec.context, "\n")
 			if sec.eof {
@@ -201,10 +245,14 @@ func (p *diffParser) readAnchors() (anchors []string, count int) {
 // passed keeps the cursor, unless forward is set. With requireMatch a
 // missing anchor is an error.
 func (p *diffParser) advanceToAnchor(anchor string, input []string, cursor int, requireMatch, forward bool) (int, error) {
-	found := false
-	match := func(eq func(string) bool) {
+	found, spent := false, false
+	match := func(eq func(string) bool, trimmed bool) {
 		if !forward {
 			for _, l := range input[:cursor] {
+				if !p.work.compare(l, anchor, trimmed) {
+					spent = true
+					return
+				}
 				if eq(l) {
 					found = true
 					return
@@ -212,20 +260,27 @@ func (p *diffParser) advanceToAnchor(anchor string, input []string, cursor int, 
 			}
 		}
 		for i := cursor; i < len(input); i++ {
+			if !p.work.compare(input[i], anchor, trimmed) {
+				spent = true
+				return
+			}
 			if eq(input[i]) {
 				cursor, found = i+1, true
 				return
 			}
 		}
 	}
-	match(func(l string) bool { return l == anchor })
-	if !found {
+	match(func(l string) bool { return l == anchor }, false)
+	if !found && !spent {
 		trimmed := trimJS(anchor)
 		before := cursor
-		match(func(l string) bool { return trimJS(l) == trimmed })
+		match(func(l string) bool { return trimJS(l) == trimmed }, true)
 		if found && cursor != before {
 			p.fuzz++
 		}
+	}
+	if spent {
+		return cursor, errTooMuchWork
 	}
 	if requireMatch && !found {
 		return cursor, diffErrorf("Invalid Anchor %d:\n%s", cursor, anchor)
@@ -314,24 +369,24 @@ func readSection(lines []string, start int) (section, error) {
 
 // findContext finds context in lines from start: at the end of the
 // file first when eof (a match elsewhere then counts as very fuzzy).
-func findContext(lines, context []string, start int, eof bool) (int, int) {
+func findContext(lines, context []string, start int, eof bool, w *workBudget) (int, int, error) {
 	if eof {
 		search := lines
 		if len(lines) > 1 && lines[len(lines)-1] == "" {
 			search = lines[:len(lines)-1]
 		}
-		if i, fuzz := findContextCore(search, context, max(0, len(search)-len(context))); i != -1 {
-			return i, fuzz
+		if i, fuzz, err := findContextCore(search, context, max(0, len(search)-len(context)), w); i != -1 || err != nil {
+			return i, fuzz, err
 		}
-		i, fuzz := findContextCore(search, context, min(start, len(search)))
-		return i, fuzz + 10000
+		i, fuzz, err := findContextCore(search, context, min(start, len(search)), w)
+		return i, fuzz + 10000, err
 	}
-	return findContextCore(lines, context, start)
+	return findContextCore(lines, context, start, w)
 }
 
-func findContextCore(lines, context []string, start int) (int, int) {
+func findContextCore(lines, context []string, start int, w *workBudget) (int, int, error) {
 	if len(context) == 0 {
-		return start, 0
+		return start, 0, nil
 	}
 	passes := []struct {
 		norm func(string) string
@@ -343,24 +398,33 @@ func findContextCore(lines, context []string, start int) (int, int) {
 	}
 	for _, pass := range passes {
 		for i := start; i < len(lines); i++ {
-			if equalsSlice(lines, context, i, pass.norm) {
-				return i, pass.fuzz
+			eq, ok := equalsSlice(lines, context, i, pass.norm, pass.fuzz > 0, w)
+			if !ok {
+				return -1, 0, errTooMuchWork
+			}
+			if eq {
+				return i, pass.fuzz, nil
 			}
 		}
 	}
-	return -1, 0
+	return -1, 0, nil
 }
 
-func equalsSlice(source, target []string, start int, norm func(string) string) bool {
+// equalsSlice reports whether target is at source[start:] under norm;
+// ok is false once w is spent.
+func equalsSlice(source, target []string, start int, norm func(string) string, trimmed bool, w *workBudget) (eq, ok bool) {
 	if start+len(target) > len(source) {
-		return false
+		return false, true
 	}
 	for i, t := range target {
+		if !w.compare(source[start+i], t, trimmed) {
+			return false, false
+		}
 		if norm(source[start+i]) != norm(t) {
-			return false
+			return false, true
 		}
 	}
-	return true
+	return true, true
 }
 
 func applyChunks(input string, chunks []chunk, lineEnding string) (string, error) {
