@@ -192,7 +192,7 @@ func Handler(cfg Config) (http.Handler, error) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(meta)
 	})
-	return mux, nil
+	return bodyDeadline(mux), nil
 }
 
 // ServeStdio serves one MCP client on stdin and stdout with key, until
