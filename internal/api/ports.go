@@ -374,6 +374,13 @@ func (h *Handler) proxyPort(c *call) error {
 		Transport:     portTransport,
 		FlushInterval: -1,
 		ModifyResponse: func(res *http.Response) error {
+			// The answer is the app's: a trace context it gives
+			// replaces the one of Airlock's span (set when tracing is
+			// on), rather than standing beside it.
+			if res.Header.Get("Traceparent") != "" {
+				c.w.Header().Del("Traceparent")
+				c.w.Header().Del("Tracestate")
+			}
 			if !viaHost {
 				confineToPath(res.Header, prefix)
 			}

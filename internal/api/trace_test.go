@@ -6,9 +6,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -249,4 +252,48 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestTraceProxiedAnswer: an answer of a sandbox's port is the app's:
+// when the app sets its own traceparent the response carries that one
+// alone, not Airlock's beside it (two traceparent headers, which a
+// client reads as either); an app that sets none gets Airlock's.
+func TestTraceProxiedAnswer(t *testing.T) {
+	e, _ := newTracedEnv(t)
+	sb := e.sandbox(context.Background())
+	const appTP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/own" {
+			w.Header().Set("Traceparent", appTP)
+		}
+		fmt.Fprint(w, "ok")
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	port := ln.Addr().(*net.TCPAddr).Port
+	for _, tc := range []struct {
+		path string
+		own  bool
+	}{{"/own", true}, {"/none", false}} {
+		req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/v1/sandboxes/"+sb.ID+"/ports/"+strconv.Itoa(port)+tc.path, nil)
+		req.Header.Set("Authorization", "Bearer "+keyA)
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		got := resp.Header.Values("Traceparent")
+		switch {
+		case resp.StatusCode != http.StatusOK:
+			t.Errorf("%s: %s", tc.path, resp.Status)
+		case tc.own && (len(got) != 1 || got[0] != appTP):
+			t.Errorf("%s: traceparent %q, want the app's alone", tc.path, got)
+		case !tc.own && (len(got) != 1 || got[0] == appTP):
+			t.Errorf("%s: traceparent %q, want Airlock's", tc.path, got)
+		}
+	}
 }
