@@ -15,10 +15,10 @@ airlock.AsyncClient has the same surface for asyncio. Failures raise
 subclasses of airlock.AirlockError, one per API error code.
 """
 
-from .aio import AsyncClient, AsyncCodeStream, AsyncExecStream, AsyncFileReader, AsyncWatchStream
+from .aio import AsyncClient, AsyncCodeStream, AsyncExecStream, AsyncFileReader, AsyncStatsStream, AsyncWatchStream
 from .anthropic import ANTHROPIC_TOOLS, PROGRAM_TOOL, AnthropicExecutor, AsyncAnthropicExecutor
 from .openai import OPENAI_TOOLS, AsyncOpenAIExecutor, OpenAIExecutor
-from .client import DEFAULT_TIMEOUT, Client, CodeStream, ExecStream, FileReader, ToolFunc, WatchStream
+from .client import DEFAULT_TIMEOUT, Client, CodeStream, ExecStream, FileReader, StatsStream, ToolFunc, WatchStream
 from .errors import (AirlockError, AlreadyExistsError, APIConnectionError, BadGatewayError, CanceledError,
                      ConflictError, FailedPreconditionError, InternalError, InvalidArgumentError, NotFoundError,
                      NotSupportedError, PermissionDeniedError, ProtocolError, RateLimitedError, RequestTooLargeError,
@@ -26,8 +26,9 @@ from .errors import (AirlockError, AlreadyExistsError, APIConnectionError, BadGa
                      UnavailableError)
 from .models import (Approval, CodeContext, CodeError, CodeEvent, CodeExecution, CodeOutput, CodeResult, CreatedKey,
                      DirListing, ExecEvent, ExecExit, ExecOutput, ExecResult, ExecStart, FileInfo, Key, ProcessList,
-                     RunResult, Sandbox, SandboxProcess, Template, TemplateDetail, TemplateList, Tool, ToolCallTrace,
-                     ToolRequest, Toolset, WatchEvent, WhoAmI)
+                     RunResult, Sandbox, SandboxProcess, SandboxStats, StatsCPU, StatsDisk, StatsMemory, StatsNetwork,
+                     StatsPids, Template, TemplateDetail, TemplateList, Tool, ToolCallTrace, ToolRequest, Toolset,
+                     WatchEvent, WhoAmI)
 
 __version__ = "0.1.0"
 
@@ -35,8 +36,8 @@ __all__ = [
     "Client", "AsyncClient", "DEFAULT_TIMEOUT", "ToolFunc",
     "AnthropicExecutor", "AsyncAnthropicExecutor", "ANTHROPIC_TOOLS", "PROGRAM_TOOL",
     "OpenAIExecutor", "AsyncOpenAIExecutor", "OPENAI_TOOLS",
-    "ExecStream", "CodeStream", "WatchStream", "FileReader",
-    "AsyncExecStream", "AsyncCodeStream", "AsyncWatchStream", "AsyncFileReader",
+    "ExecStream", "CodeStream", "WatchStream", "StatsStream", "FileReader",
+    "AsyncExecStream", "AsyncCodeStream", "AsyncWatchStream", "AsyncStatsStream", "AsyncFileReader",
     "AirlockError", "InvalidArgumentError", "UnauthenticatedError", "PermissionDeniedError", "NotFoundError",
     "ConflictError", "AlreadyExistsError", "FailedPreconditionError", "RequestTooLargeError", "RateLimitedError",
     "ResourceExhaustedError", "CanceledError", "InternalError", "NotSupportedError", "UnavailableError",
@@ -45,4 +46,5 @@ __all__ = [
     "FileInfo", "DirListing", "WatchEvent", "CodeResult", "CodeError", "CodeOutput", "CodeExecution", "CodeEvent",
     "CodeContext", "Template", "TemplateDetail", "TemplateList", "Key", "CreatedKey", "WhoAmI", "Tool", "Toolset",
     "Approval", "ToolRequest", "ToolCallTrace", "RunResult",
+    "SandboxStats", "StatsCPU", "StatsMemory", "StatsPids", "StatsDisk", "StatsNetwork",
 ]

@@ -9,12 +9,13 @@ import functools
 import inspect
 from typing import Any, AsyncIterator, BinaryIO, Callable, Dict, List, Mapping, Optional, TypeVar, Union
 
-from .client import DEFAULT_TIMEOUT, Client, CodeStream, ExecStream, FileReader, WatchStream
+from .client import DEFAULT_TIMEOUT, Client, CodeStream, ExecStream, FileReader, StatsStream, WatchStream
 from .models import (Approval, CodeContext, CodeEvent, CodeExecution, CreatedKey, DirListing, ExecEvent, ExecOutput,
-                     ExecResult, FileInfo, Key, ProcessList, RunResult, Sandbox, TemplateDetail, TemplateList, Tool,
-                     ToolRequest, Toolset, WatchEvent, WhoAmI)
+                     ExecResult, FileInfo, Key, ProcessList, RunResult, Sandbox, SandboxStats, TemplateDetail,
+                     TemplateList, Tool, ToolRequest, Toolset, WatchEvent, WhoAmI)
 
-__all__ = ["AsyncClient", "AsyncExecStream", "AsyncCodeStream", "AsyncWatchStream", "AsyncFileReader"]
+__all__ = ["AsyncClient", "AsyncExecStream", "AsyncCodeStream", "AsyncWatchStream", "AsyncStatsStream",
+           "AsyncFileReader"]
 
 T = TypeVar("T")
 _END = object()
@@ -105,6 +106,15 @@ class AsyncWatchStream(_AsyncStream):
     """WatchStream's events as an async iterator."""
 
     def __aiter__(self) -> AsyncIterator[WatchEvent]:
+        return self
+
+
+class AsyncStatsStream(_AsyncStream):
+    """StatsStream's samples as an async iterator."""
+
+    _stream: StatsStream
+
+    def __aiter__(self) -> AsyncIterator[SandboxStats]:
         return self
 
 
@@ -218,6 +228,12 @@ class AsyncClient:
 
     async def get_network(self, id: str, **kw: Any) -> Dict[str, Any]:
         return await self._run(self.sync.get_network, id, **kw)
+
+    async def stats(self, id: str, **kw: Any) -> SandboxStats:
+        return await self._run(self.sync.stats, id, **kw)
+
+    async def stream_stats(self, id: str, **kw: Any) -> AsyncStatsStream:
+        return AsyncStatsStream(self, await self._run(self.sync.stream_stats, id, **kw))
 
     # ---- commands, processes
 

@@ -7,17 +7,18 @@ import io
 import json
 import os
 import threading
-from typing import (Any, BinaryIO, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union,
+from typing import (Any, BinaryIO, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union,
                     overload)
 
 from . import errors
 from ._http import CHUNK_SIZE, Response, Transport, check_id, path_escape, stream_error
 from .models import (Approval, CodeContext, CodeError, CodeEvent, CodeExecution, CodeOutput, CodeResult,
                      CreatedKey, DirListing, ExecEvent, ExecExit, ExecOutput, ExecResult, ExecStart, FileInfo,
-                     Key, ProcessList, RunResult, Sandbox, Template, TemplateDetail, TemplateList, Tool,
-                     ToolCallTrace, ToolRequest, Toolset, WatchEvent, WhoAmI, b64)
+                     Key, ProcessList, RunResult, Sandbox, SandboxStats, Template, TemplateDetail, TemplateList,
+                     Tool, ToolCallTrace, ToolRequest, Toolset, WatchEvent, WhoAmI, b64)
 
-__all__ = ["Client", "ExecStream", "CodeStream", "WatchStream", "FileReader", "ToolFunc", "DEFAULT_TIMEOUT"]
+__all__ = ["Client", "ExecStream", "CodeStream", "WatchStream", "StatsStream", "FileReader", "ToolFunc",
+           "DEFAULT_TIMEOUT"]
 
 DEFAULT_TIMEOUT = 60.0
 """Seconds the client waits to connect, and then for each read or write,
@@ -29,6 +30,13 @@ _DEFAULT_EXEC_TIMEOUT = 60
 
 # The longest a file watch may run on the server (its exec time limit).
 _WATCH_TIMEOUT = 3600.0 + _EXEC_MARGIN
+
+# The bounds of a stats interval in milliseconds; the server's default is 1000.
+_STATS_INTERVAL_MIN_MS = 100
+_STATS_INTERVAL_MAX_MS = 60000
+_STATS_INTERVAL_DEFAULT_MS = 1000
+# One line of a stats stream: a sample is about 500 bytes.
+_MAX_STATS_LINE = 64 << 10
 
 ToolFunc = Callable[[Any], Any]
 """A caller-executed tool: called with the decoded arguments, returns a
@@ -257,6 +265,34 @@ class WatchStream(_LineStream):
             raise errors.ProtocolError("watch: the stream did not start with a start line")
 
 
+class StatsStream(_LineStream):
+    """Samples of a sandbox's resource use, as SandboxStats objects, one
+    every interval until close() or the sandbox ends (the iteration then
+    simply ends)."""
+
+    def __init__(self, resp: Response) -> None:
+        super().__init__(resp)
+        self._lines = resp.lines(_MAX_STATS_LINE)
+
+    def __iter__(self) -> Iterator[SandboxStats]:
+        return self
+
+    def __next__(self) -> SandboxStats:
+        if self._done:
+            raise StopIteration
+        try:
+            line = next(self._lines)
+        except StopIteration:
+            self.close()
+            raise
+        except BaseException:
+            if self._done:
+                raise StopIteration
+            self.close()
+            raise
+        return SandboxStats.from_json(line)
+
+
 class FileReader(io.RawIOBase):
     """A file's content as it streams from the sandbox: read(), readinto(),
     iter_chunks(), or hand it to shutil.copyfileobj. Close it (or use it as
@@ -384,6 +420,37 @@ class Client:
     def get_network(self, id: str, *, request_timeout: Optional[float] = None) -> Dict[str, Any]:
         """The sandbox's network policy and egress counters."""
         return self._t.json("GET", self._sb(id, "/network"), timeout=request_timeout)
+
+    def _stats_query(self, interval_ms: Optional[int], stream: bool,
+                     request_timeout: Optional[float]) -> Tuple[Dict[str, Any], float]:
+        if interval_ms is not None and (not isinstance(interval_ms, int) or isinstance(interval_ms, bool)
+                                        or not _STATS_INTERVAL_MIN_MS <= interval_ms <= _STATS_INTERVAL_MAX_MS):
+            raise errors.InvalidArgumentError("stats interval %r ms: want whole milliseconds from %d to %d"
+                                              % (interval_ms, _STATS_INTERVAL_MIN_MS, _STATS_INTERVAL_MAX_MS))
+        q = {"interval_ms": interval_ms, "stream": "1" if stream else None}
+        wait = request_timeout or max(self.timeout, (interval_ms or _STATS_INTERVAL_DEFAULT_MS) / 1000.0 + _EXEC_MARGIN)
+        return q, wait
+
+    def stats(self, id: str, *, interval_ms: Optional[int] = None,
+              request_timeout: Optional[float] = None) -> SandboxStats:
+        """One sample of the sandbox's resource use and caps, its CPU rate
+        measured over interval_ms (100 to 60000; default the server's
+        1000): the call takes that long. A sandbox that is not running
+        raises FailedPreconditionError. Reading stats does not keep an
+        idle sandbox alive."""
+        q, wait = self._stats_query(interval_ms, False, request_timeout)
+        return SandboxStats.from_json(self._t.json("GET", self._sb(id, "/stats"), query=q, timeout=wait))
+
+    def stream_stats(self, id: str, *, interval_ms: Optional[int] = None,
+                     request_timeout: Optional[float] = None) -> StatsStream:
+        """Streams a sample of the sandbox's resource use every interval_ms
+        (100 to 60000; default 1000) until close() or the sandbox ends: an
+        iterator of SandboxStats and a context manager. request_timeout
+        bounds the wait for each sample (default: the interval plus 30 s,
+        at least the client's timeout). A stream counts against the
+        server's caps on requests in flight per sandbox and per key."""
+        q, wait = self._stats_query(interval_ms, True, request_timeout)
+        return StatsStream(self._t.stream("GET", self._sb(id, "/stats"), query=q, timeout=wait))
 
     # ---- commands
 

@@ -16,6 +16,7 @@ __all__ = [
     "CodeResult", "CodeError", "CodeOutput", "CodeExecution", "CodeEvent", "CodeContext",
     "Template", "TemplateDetail", "TemplateList", "Key", "CreatedKey", "WhoAmI",
     "Tool", "Toolset", "Approval", "ToolRequest", "ToolCallTrace", "RunResult",
+    "SandboxStats", "StatsCPU", "StatsMemory", "StatsPids", "StatsDisk", "StatsNetwork",
 ]
 
 T = TypeVar("T")
@@ -85,6 +86,87 @@ class Sandbox:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Sandbox":
         return _load(cls, d)
+
+
+@dataclasses.dataclass
+class StatsCPU:
+    """A sandbox's CPU use, every process's (its agent's included):
+    usage_s seconds since it started, rate the CPUs used over the
+    sample's interval (0.5: half of one CPU's time), limit its cap in
+    CPUs."""
+
+    usage_s: float = 0.0
+    rate: float = 0.0
+    limit: float = 0.0
+
+
+@dataclasses.dataclass
+class StatsMemory:
+    """A sandbox's memory (its processes', its agent's and the files of its
+    writable layer, which lives in memory): current and peak bytes, the
+    cap on that whole (its memory limit plus the agent's allowance; 0:
+    none) and the processes the OOM killer ended."""
+
+    current_bytes: int = 0
+    peak_bytes: int = 0
+    limit_bytes: int = 0
+    oom_kills: int = 0
+
+
+@dataclasses.dataclass
+class StatsPids:
+    """A sandbox's tasks (processes and threads, its agent's included) and
+    their cap (its pids limit plus the agent's allowance; 0: none)."""
+
+    current: int = 0
+    limit: int = 0
+
+
+@dataclasses.dataclass
+class StatsDisk:
+    """A sandbox's writable layer: what its files take, and its size."""
+
+    used_bytes: int = 0
+    limit_bytes: int = 0
+
+
+@dataclasses.dataclass
+class StatsNetwork:
+    """A sandbox's traffic since its network started; source is
+    "interface" (its own interface, mode open) or "proxy" (its egress
+    proxy, mode allowlist)."""
+
+    source: str = ""
+    rx_bytes: int = 0
+    tx_bytes: int = 0
+
+
+@dataclasses.dataclass
+class SandboxStats:
+    """One sample of a sandbox's resource use and caps. interval_ms is the
+    window cpu.rate was measured over; network is None when the sandbox
+    has no way out (network_absent says why)."""
+
+    sandbox_id: str = ""
+    time: Optional[_dt.datetime] = _time()
+    interval_ms: int = 0
+    cpu: StatsCPU = dataclasses.field(default_factory=StatsCPU)
+    memory: StatsMemory = dataclasses.field(default_factory=StatsMemory)
+    pids: StatsPids = dataclasses.field(default_factory=StatsPids)
+    disk: StatsDisk = dataclasses.field(default_factory=StatsDisk)
+    network: Optional[StatsNetwork] = None
+    network_absent: str = ""
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "SandboxStats":
+        net = d.get("network")
+        return _load(cls, d, cpu=_load(StatsCPU, _obj(d.get("cpu"))), memory=_load(StatsMemory, _obj(d.get("memory"))),
+                     pids=_load(StatsPids, _obj(d.get("pids"))), disk=_load(StatsDisk, _obj(d.get("disk"))),
+                     network=_load(StatsNetwork, net) if isinstance(net, dict) else None)
+
+
+def _obj(v: Any) -> Mapping[str, Any]:
+    return v if isinstance(v, dict) else {}
 
 
 def _output(d: Mapping[str, Any], name: str) -> bytes:

@@ -450,5 +450,88 @@ class TestAsync(unittest.TestCase):
                 await ac.delete_sandbox(sb.id)
 
 
+class TestStats(unittest.TestCase):
+    def test_sample_stream_and_errors(self) -> None:
+        busy = client.exec_stream(SB, ["sh", "-c", "while :; do :; done"], background=True, timeout=20, tag="busy")
+        pid = next(busy).pid
+        busy.close()  # the loop goes on in the background
+        try:
+            s = client.stats(SB, interval_ms=500)
+            self.assertIsInstance(s, airlock.SandboxStats)
+            self.assertEqual(s.sandbox_id, SB)
+            self.assertIsNotNone(s.time)
+            self.assertTrue(450 <= s.interval_ms < 5000, s.interval_ms)
+            self.assertGreater(s.cpu.rate, 0.3, "cpu.rate with a busy loop")
+            self.assertGreater(s.cpu.usage_s, 0)
+            self.assertGreater(s.cpu.limit, 0)
+            self.assertGreater(s.memory.current_bytes, 0)
+            self.assertGreaterEqual(s.memory.peak_bytes, s.memory.current_bytes)
+            self.assertGreater(s.memory.limit_bytes, 0)
+            self.assertGreaterEqual(s.pids.current, 2)
+            self.assertGreater(s.pids.limit, 0)
+            self.assertIsInstance(s.disk.used_bytes, int)
+            self.assertIsNone(s.network)  # mode none
+            self.assertIn("no network", s.network_absent)
+
+            # A stream: three samples 200 ms apart, then close() ends it.
+            t0 = time.monotonic()
+            samples = []
+            with client.stream_stats(SB, interval_ms=200) as st:
+                for x in st:
+                    samples.append(x)
+                    if len(samples) == 3:
+                        break
+            self.assertLess(time.monotonic() - t0, 3.0)
+            self.assertEqual(len(samples), 3)
+            for x in samples:
+                self.assertEqual(x.sandbox_id, SB)
+                self.assertTrue(150 <= x.interval_ms < 2000, x.interval_ms)
+                self.assertGreater(x.memory.current_bytes, 0)
+            self.assertTrue(samples[0].time < samples[1].time < samples[2].time)
+            self.assertGreater(samples[2].cpu.usage_s, samples[0].cpu.usage_s)
+            self.assertEqual(list(st), [])  # closed: nothing more
+        finally:
+            client.signal_process(SB, pid, "KILL")
+
+        with self.assertRaises(airlock.NotFoundError):
+            client.stats(MISSING, interval_ms=100)
+        with self.assertRaises(airlock.NotFoundError):
+            client.stream_stats(MISSING)
+        for bad in (5, 1.5, 60001):
+            with self.assertRaises(airlock.InvalidArgumentError):
+                client.stats(SB, interval_ms=bad)
+            with self.assertRaises(airlock.InvalidArgumentError):
+                client.stream_stats(SB, interval_ms=bad)
+
+    def test_stream_ends_with_the_sandbox_and_async(self) -> None:
+        sb = client.create_sandbox(metadata={"suite": "pysdk"}, timeout=120)
+        try:
+            st = client.stream_stats(sb.id, interval_ms=200, request_timeout=10)
+            self.assertEqual(next(st).sandbox_id, sb.id)
+
+            async def main() -> None:
+                async with airlock.AsyncClient(timeout=30) as ac:
+                    one = await ac.stats(sb.id, interval_ms=100)
+                    self.assertEqual(one.sandbox_id, sb.id)
+                    got = []
+                    async with await ac.stream_stats(sb.id, interval_ms=200) as ast:
+                        async for x in ast:
+                            got.append(x)
+                            if len(got) == 2:
+                                break
+                    self.assertEqual([x.sandbox_id for x in got], [sb.id, sb.id])
+                    with self.assertRaises(airlock.NotFoundError):
+                        await ac.stats(MISSING)
+            asyncio.run(main())
+        finally:
+            client.delete_sandbox(sb.id)
+        # The sandbox ended: so does its stream, without an error.
+        rest = list(st)
+        self.assertLessEqual(len(rest), 15)
+        # A sandbox that ended has no stats (or, once forgotten, no sandbox).
+        with self.assertRaises((airlock.FailedPreconditionError, airlock.NotFoundError)):
+            client.stats(sb.id, interval_ms=100)
+
+
 if __name__ == "__main__":
     unittest.main()

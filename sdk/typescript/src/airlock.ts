@@ -3,7 +3,7 @@
 // toolsets, approvals, keys) and exec, run and whoami on the client.
 
 import { AirlockError, invalid } from "./errors.js";
-import { type CallOptions, Transport, concat } from "./http.js";
+import { type CallOptions, type Query, Transport, concat } from "./http.js";
 import type {
   Approval,
   CodeContext,
@@ -24,6 +24,7 @@ import type {
   RunResult,
   Sandbox,
   SandboxState,
+  SandboxStats,
   TemplateDetail,
   TemplateList,
   Tool,
@@ -51,6 +52,7 @@ import {
   processListFrom,
   putData,
   sandboxFrom,
+  sandboxStatsFrom,
   streamError,
   toolCallTraceFrom,
   toolRequestFrom,
@@ -78,6 +80,12 @@ const maxStreamLine = 1 << 20;
 const maxCodeLine = 32 << 20;
 /** One line of a watch. */
 const maxWatchLine = 64 << 10;
+/** One line of a stats stream: a sample is about 500 bytes. */
+const maxStatsLine = 64 << 10;
+/** The bounds of a stats interval in milliseconds; the server's default is 1000. */
+const minStatsIntervalMs = 100;
+const maxStatsIntervalMs = 60_000;
+const defaultStatsIntervalMs = 1000;
 /** What a streamed run collects of each output stream. */
 const maxRunCollect = 16 << 20;
 /** What the server may take beyond a command's own timeout to answer. */
@@ -100,6 +108,14 @@ function seg(what: string, id: string): string {
 
 function sbPath(id: string, suffix = ""): string {
   return `/v1/sandboxes/${seg("sandbox id", id)}${suffix}`;
+}
+
+/** The query of a stats request, its interval checked. */
+function statsQuery(intervalMs: number | undefined, stream: boolean): Query {
+  if (intervalMs !== undefined && !(Number.isInteger(intervalMs) && intervalMs >= minStatsIntervalMs && intervalMs <= maxStatsIntervalMs)) {
+    throw invalid(`stats interval ${intervalMs} ms: want whole milliseconds from ${minStatsIntervalMs} to ${maxStatsIntervalMs}`);
+  }
+  return { interval_ms: intervalMs, stream: stream ? "1" : undefined };
 }
 
 function pidSeg(pid: number): string {
@@ -223,7 +239,7 @@ export class Airlock {
     return whoAmIFrom(await this.#t.json<Wire>({ method: "GET", path: "/v1/whoami", call: opts }));
   }
 
-  /** Sandboxes: create, get, list, delete, setTimeout. */
+  /** Sandboxes: create, get, list, delete, setTimeout, stats, streamStats. */
   readonly sandboxes = {
     /** Creates a sandbox and returns it once it runs (scope sandboxes:write). */
     create: async (req: CreateSandboxRequest = {}, opts?: CallOptions): Promise<Sandbox> => {
@@ -262,6 +278,34 @@ export class Airlock {
     setTimeout: async (id: string, timeoutS: number, opts?: CallOptions): Promise<Sandbox> => {
       const w = await this.#t.json<Wire>({ method: "POST", path: sbPath(id, "/timeout"), json: { timeout_s: timeoutS }, call: opts });
       return sandboxFrom(w);
+    },
+    /**
+     * One sample of a sandbox's resource use and caps, its CPU rate
+     * measured over intervalMs (100 to 60 000; default the server's
+     * 1000): the call takes that long. A sandbox that is not running is
+     * FailedPreconditionError. Reading stats does not keep an idle
+     * sandbox alive.
+     */
+    stats: async (id: string, opts: CallOptions & { intervalMs?: number } = {}): Promise<SandboxStats> => {
+      const query = statsQuery(opts.intervalMs, false);
+      const defaultTimeoutMs = Math.max(this.#t.timeoutMs, (opts.intervalMs ?? defaultStatsIntervalMs) + answerMarginMs);
+      return sandboxStatsFrom(await this.#t.json<Wire>({ method: "GET", path: sbPath(id, "/stats"), query, call: opts, defaultTimeoutMs }));
+    },
+    /**
+     * Yields a sample of a sandbox's resource use every intervalMs (100
+     * to 60 000; default the server's 1000) until the loop is left, the
+     * signal aborts or the sandbox ends (the iteration then simply
+     * ends). A stream counts against the server's caps on requests in
+     * flight per sandbox and per key.
+     */
+    streamStats: (id: string, opts: CallOptions & { intervalMs?: number } = {}): AsyncGenerator<SandboxStats, void, undefined> => {
+      const t = this.#t;
+      return (async function* (): AsyncGenerator<SandboxStats, void, undefined> {
+        const query = statsQuery(opts.intervalMs, true);
+        for await (const l of t.ndjson<Wire>({ method: "GET", path: sbPath(id, "/stats"), query, call: opts }, maxStatsLine)) {
+          yield sandboxStatsFrom(l);
+        }
+      })();
     },
   };
 

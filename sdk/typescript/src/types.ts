@@ -135,6 +135,68 @@ export type ExecEvent =
   | { type: "stdout" | "stderr"; data: Uint8Array; text: string }
   | { type: "exit"; result: ExecResult };
 
+/** A sandbox's CPU use: every process's, its agent's included. */
+export interface StatsCPU {
+  /** CPU time used since the sandbox started, in seconds. */
+  usageS: number;
+  /** CPUs used over the sample's interval (0.5: half of one CPU's time). */
+  rate: number;
+  /** The CPU cap, in CPUs. */
+  limit: number;
+}
+
+/** A sandbox's memory: its processes', its agent's and the files of its writable layer (in memory). */
+export interface StatsMemory {
+  currentBytes: number;
+  /** The most used so far. */
+  peakBytes: number;
+  /** The cap on that whole: the memory limit plus the agent's allowance (0: none). */
+  limitBytes: number;
+  /** Processes the kernel's OOM killer ended. */
+  oomKills: number;
+}
+
+/** A sandbox's tasks (processes and threads), its agent's included. */
+export interface StatsPids {
+  current: number;
+  /** The pids limit plus the agent's allowance (0: none). */
+  limit: number;
+}
+
+/** A sandbox's writable layer. */
+export interface StatsDisk {
+  usedBytes: number;
+  /** Its size: the disk limit. */
+  limitBytes: number;
+}
+
+/** A sandbox's traffic since its network started. */
+export interface StatsNetwork {
+  /** "interface": its own interface's counters (mode open); "proxy": its egress proxy's (mode allowlist). */
+  source: "interface" | "proxy" | string;
+  /** Bytes into the sandbox. */
+  rxBytes: number;
+  /** Bytes out of it. */
+  txBytes: number;
+}
+
+/** One sample of a sandbox's resource use and caps (sandboxes.stats, sandboxes.streamStats). */
+export interface SandboxStats {
+  sandboxId: string;
+  /** When the sample was read. */
+  time: Date;
+  /** The window cpu.rate was measured over, in milliseconds. */
+  intervalMs: number;
+  cpu: StatsCPU;
+  memory: StatsMemory;
+  pids: StatsPids;
+  disk: StatsDisk;
+  /** The sandbox's traffic; unset when it has no way out (networkAbsent says why). */
+  network?: StatsNetwork;
+  /** Why network is unset. */
+  networkAbsent?: string;
+}
+
 /** A process of a sandbox. */
 export interface Process {
   pid: number;

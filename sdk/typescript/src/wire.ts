@@ -18,6 +18,7 @@ import type {
   Process,
   ProcessList,
   Sandbox,
+  SandboxStats,
   ToolCallTrace,
   ToolRequest,
   WhoAmI,
@@ -157,6 +158,26 @@ export function streamError(w: Wire, fallback: string): AirlockError {
     return errorFor(200, e.code, String(e.message ?? e.code));
   }
   return errorFor(200, "internal", `airlock: ${fallback}`);
+}
+
+export function sandboxStatsFrom(w: Wire): SandboxStats {
+  const n = w.network;
+  return {
+    sandboxId: w.sandbox_id,
+    time: date(w.time),
+    intervalMs: w.interval_ms ?? 0,
+    cpu: { usageS: w.cpu?.usage_s ?? 0, rate: w.cpu?.rate ?? 0, limit: w.cpu?.limit ?? 0 },
+    memory: {
+      currentBytes: w.memory?.current_bytes ?? 0,
+      peakBytes: w.memory?.peak_bytes ?? 0,
+      limitBytes: w.memory?.limit_bytes ?? 0,
+      oomKills: w.memory?.oom_kills ?? 0,
+    },
+    pids: { current: w.pids?.current ?? 0, limit: w.pids?.limit ?? 0 },
+    disk: { usedBytes: w.disk?.used_bytes ?? 0, limitBytes: w.disk?.limit_bytes ?? 0 },
+    network: n ? { source: n.source, rxBytes: n.rx_bytes ?? 0, txBytes: n.tx_bytes ?? 0 } : undefined,
+    networkAbsent: w.network_absent || undefined,
+  };
 }
 
 export function processFrom(w: Wire): Process {

@@ -8,6 +8,7 @@ import { after, before, describe, test } from "node:test";
 import {
   Airlock,
   AirlockError,
+  FailedPreconditionError,
   InvalidArgumentError,
   NotFoundError,
   PermissionDeniedError,
@@ -368,6 +369,93 @@ describe("run", () => {
       assert.match(res.sandboxId, /\S/);
     } finally {
       await airlock.tools.delete(name);
+    }
+  });
+});
+
+describe("stats", () => {
+  test("a sample, a stream of samples, and their errors", async () => {
+    let pid;
+    for await (const ev of airlock.execStream(sb.id, { cmd: ["sh", "-c", "while :; do :; done"], background: true, timeoutS: 20, tag: "busy" })) {
+      if (ev.type === "start") {
+        pid = ev.pid;
+        break;
+      }
+    }
+    assert.ok(pid > 0);
+    try {
+      const s = await airlock.sandboxes.stats(sb.id, { intervalMs: 500 });
+      assert.equal(s.sandboxId, sb.id);
+      assert.ok(s.time instanceof Date && !Number.isNaN(s.time.getTime()));
+      assert.ok(s.intervalMs >= 450 && s.intervalMs < 5000, String(s.intervalMs));
+      assert.ok(s.cpu.rate > 0.3, `cpu.rate ${s.cpu.rate} with a busy loop`);
+      assert.ok(s.cpu.usageS > 0 && s.cpu.limit > 0, JSON.stringify(s.cpu));
+      assert.ok(s.memory.currentBytes > 0 && s.memory.peakBytes >= s.memory.currentBytes && s.memory.limitBytes > 0, JSON.stringify(s.memory));
+      assert.equal(typeof s.memory.oomKills, "number");
+      assert.ok(s.pids.current >= 2 && s.pids.limit > 0, JSON.stringify(s.pids));
+      assert.equal(typeof s.disk.usedBytes, "number");
+      assert.equal(s.network, undefined); // mode none
+      assert.match(s.networkAbsent, /no network/);
+
+      // A stream: three samples 200 ms apart, then leaving the loop ends it.
+      const t0 = Date.now();
+      const samples = [];
+      for await (const x of airlock.sandboxes.streamStats(sb.id, { intervalMs: 200 })) {
+        samples.push(x);
+        if (samples.length === 3) break;
+      }
+      assert.equal(samples.length, 3);
+      assert.ok(Date.now() - t0 < 3000, `three samples took ${Date.now() - t0} ms`);
+      for (const x of samples) {
+        assert.equal(x.sandboxId, sb.id);
+        assert.ok(x.intervalMs >= 150 && x.intervalMs < 2000, String(x.intervalMs));
+        assert.ok(x.memory.currentBytes > 0 && x.pids.current > 0);
+      }
+      assert.ok(samples[0].time < samples[1].time && samples[1].time < samples[2].time);
+      assert.ok(samples[2].cpu.usageS > samples[0].cpu.usageS);
+
+      // An AbortSignal ends a stream midway.
+      const ctl = new AbortController();
+      const got = [];
+      const err = await (async () => {
+        for await (const x of airlock.sandboxes.streamStats(sb.id, { intervalMs: 200, signal: ctl.signal })) {
+          got.push(x);
+          ctl.abort();
+        }
+      })().catch((e) => e);
+      assert.equal(err?.name, "AbortError", String(err));
+      assert.equal(got.length, 1);
+    } finally {
+      await airlock.processes.signal(sb.id, pid, "KILL").catch(() => {});
+    }
+
+    const missing = await airlock.sandboxes.stats("sb-aaaaaaaaaaaaaaaa", { intervalMs: 100 }).catch((e) => e);
+    assert.ok(missing instanceof NotFoundError, String(missing));
+    assert.equal(missing.status, 404);
+    await assert.rejects(collect(airlock.sandboxes.streamStats("sb-aaaaaaaaaaaaaaaa")), NotFoundError);
+    // Found before any request is sent.
+    for (const intervalMs of [5, 1.5, 60_001]) {
+      await assert.rejects(airlock.sandboxes.stats(sb.id, { intervalMs }), InvalidArgumentError);
+      await assert.rejects(collect(airlock.sandboxes.streamStats(sb.id, { intervalMs })), InvalidArgumentError);
+    }
+  });
+
+  test("a stream ends when its sandbox ends", async () => {
+    const s = await airlock.sandboxes.create({ metadata: { suite: "tssdk" }, timeoutS: 120 });
+    let deleted = false;
+    try {
+      const it = airlock.sandboxes.streamStats(s.id, { intervalMs: 200 });
+      const first = await it.next();
+      assert.equal(first.value?.sandboxId, s.id);
+      await airlock.sandboxes.delete(s.id);
+      deleted = true;
+      const rest = await collect(it); // ends without an error
+      assert.ok(rest.length <= 15, String(rest.length));
+      // A sandbox that ended has no stats (or, once forgotten, no sandbox).
+      const ended = await airlock.sandboxes.stats(s.id, { intervalMs: 100 }).catch((e) => e);
+      assert.ok(ended instanceof FailedPreconditionError || ended instanceof NotFoundError, String(ended));
+    } finally {
+      if (!deleted) await airlock.sandboxes.delete(s.id);
     }
   });
 });
