@@ -291,3 +291,24 @@ func TestVMGuestFailure(t *testing.T) {
 		t.Fatalf("Run = %v, want unavailable: setup exited 3", err)
 	}
 }
+
+// TestVMBootRetried: a guest that ends while booting (here its kernel
+// finds no init and panics) is booted a second time before Run fails, and
+// the error says so; a guest whose command began is never booted again
+// (TestVMGuestFailure's setup failure is reported after one boot).
+func TestVMBootRetried(t *testing.T) {
+	if inGuest() {
+		t.Skip("on the host only")
+	}
+	vm := Require(t, kernels()[0])
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, err := vm.Run(ctx, Guest{Command: []string{"true"}, Cmdline: []string{"rdinit=/no-such-init"}, Modules: []string{}})
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "booted twice") {
+		t.Fatalf("Run = %v, want unavailable after two boots", err)
+	}
+	_, err = vm.Run(ctx, Guest{Command: []string{"true"}, Setup: "exit 3", Modules: []string{}})
+	if err == nil || strings.Contains(err.Error(), "booted twice") {
+		t.Fatalf("Run of a failing setup = %v, want one boot's error", err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"debug/elf"
 	_ "embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -279,13 +280,35 @@ func checkGuestPath(p string) error {
 	return nil
 }
 
+// errBootEnded marks a guest that ended before its command began, having
+// said nothing of the harness's protocol.
+var errBootEnded = errors.New("before the command began")
+
 // Run boots the guest, runs its command and returns what it gave. A command
 // that exits non-zero is not an error: see Result.ExitCode. Errors wrap
 // errdefs.ErrInvalidArgument (a bad Guest), ErrTimeout (the command or the
 // boot ran past its bound; the Result so far comes with it), ErrUnavailable
 // (qemu or the guest failed before the command ended, e.g. a kernel panic:
 // the console is in the error and the Result) or ErrCanceled.
+//
+// A guest that ends while still booting — before its command began, with
+// no line of the harness's protocol, so nothing of the command ran — is
+// booted once more: under TCG on a loaded host a boot has ended so in its
+// init (a CI run, the console's last line "mounting"), and a boot that
+// fails for a reason of its own fails again.
 func (vm VM) Run(ctx context.Context, g Guest) (*Result, error) {
+	res, err := vm.run(ctx, g)
+	if errors.Is(err, errBootEnded) && ctx.Err() == nil {
+		res2, err2 := vm.run(ctx, g)
+		if err2 == nil {
+			return res2, nil
+		}
+		return res2, fmt.Errorf("%w (booted twice; the first: %v)", err2, err)
+	}
+	return res, err
+}
+
+func (vm VM) run(ctx context.Context, g Guest) (*Result, error) {
 	g = g.withDefaults()
 	if err := g.validate(); err != nil {
 		return nil, err
@@ -381,6 +404,10 @@ func (vm VM) Run(ctx context.Context, g Guest) (*Result, error) {
 		return res, fmt.Errorf("vmtest: %w: %w", ctx.Err(), errdefs.ErrCanceled)
 	case rctx.Err() != nil:
 		return res, fmt.Errorf("vmtest: the guest did not finish within %v (%s); console: %s: %w", limit, p.state, tail, errdefs.ErrTimeout)
+	}
+	if p.state == stateBooting {
+		return res, fmt.Errorf("vmtest: qemu ended (%v) %w; stderr: %s; console: %s: %w",
+			waitErr, errBootEnded, strings.TrimSpace(stderr.String()), tail, errdefs.ErrUnavailable)
 	}
 	return res, fmt.Errorf("vmtest: qemu ended (%v) before the command did; stderr: %s; console: %s: %w",
 		waitErr, strings.TrimSpace(stderr.String()), tail, errdefs.ErrUnavailable)
