@@ -34,6 +34,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/toolexec/inflight"
 	"github.com/airlock-sandbox/airlock/internal/tracing"
 )
 
@@ -136,7 +137,7 @@ type Handler struct {
 	mux      *http.ServeMux
 	sessions *sessions
 	inflight chan struct{}
-	tenants  tenantSlots
+	tenants  *inflight.Tenants
 	files    chan struct{} // see bounds.go
 }
 
@@ -161,7 +162,7 @@ func New(cfg Config) (*Handler, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	h := &Handler{cfg: cfg, mux: http.NewServeMux(), inflight: make(chan struct{}, maxInflight),
-		files: make(chan struct{}, maxFilesAtOnce)}
+		files: make(chan struct{}, maxFilesAtOnce), tenants: &inflight.Tenants{Max: maxInflightPerTenant}}
 	h.sessions = newSessions(cfg.Idle, cfg.MaxSessions, cfg.MaxSessionsPerKey, cfg.Log)
 	h.mux.HandleFunc(ToolUsesPattern, h.toolUses)
 	h.mux.HandleFunc(SessionPattern, h.endSession)
@@ -407,7 +408,7 @@ func (h *Handler) newCaller(r *http.Request) (*caller, error) {
 
 // toolUses serves POST /v1/sandboxes/{id}/anthropic/tool-uses.
 func (h *Handler) toolUses(w http.ResponseWriter, r *http.Request) {
-	bodyRead := bodyDeadline(w)
+	bodyRead := inflight.BodyDeadline(w, bodyTimeout)
 	select {
 	case h.inflight <- struct{}{}:
 		defer func() { <-h.inflight }()
@@ -421,7 +422,7 @@ func (h *Handler) toolUses(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	done, ok := h.tenants.take(k.tenant)
+	done, ok := h.tenants.Take(k.tenant)
 	if !ok {
 		writeError(w, &client.APIError{Status: http.StatusTooManyRequests, Code: api.CodeResourceExhausted,
 			Message: fmt.Sprintf("too many tool-use requests of this tenant in flight (%d); retry", maxInflightPerTenant)})

@@ -1,10 +1,7 @@
 package anthropic
 
 import (
-	"context"
 	"fmt"
-	"net/http"
-	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -74,48 +71,10 @@ func (b *answerBudget) keep(s string) string {
 	return s[:cut] + dropNote
 }
 
-// slot takes one of sem's slots, waiting while ctx lasts; the function
-// returned gives it back.
-func slot(ctx context.Context, sem chan struct{}) (func(), error) {
-	select {
-	case sem <- struct{}{}:
-		return func() { <-sem }, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
 // maxInflightPerTenant caps one tenant's requests in flight, so that one
 // tenant's slow requests (a command that runs for an hour) cannot hold
 // every slot of maxInflight and refuse every other tenant.
 const maxInflightPerTenant = maxInflight / 4
-
-// tenantSlots counts the requests in flight per tenant.
-type tenantSlots struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-// take takes one of tenant's slots; false when it has none left. done
-// gives it back.
-func (t *tenantSlots) take(tenant string) (done func(), ok bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.n == nil {
-		t.n = map[string]int{}
-	}
-	if t.n[tenant] >= maxInflightPerTenant {
-		return nil, false
-	}
-	t.n[tenant]++
-	return func() {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		if t.n[tenant]--; t.n[tenant] == 0 {
-			delete(t.n, tenant)
-		}
-	}, true
-}
 
 // bodyTimeout bounds the arrival of a request's body. The routes are
 // served beside the API, outside its slow-body guard: toolUses sets it
@@ -124,14 +83,3 @@ func (t *tenantSlots) take(tenant string) (done func(), ok bool) {
 // (an invalid key's 401 waits for that) holds a request longer, and
 // clears it once the body is read.
 var bodyTimeout = 60 * time.Second // a variable for tests
-
-// bodyDeadline sets w's read deadline to bodyTimeout from now and
-// returns the function that clears it (a writer that has none, as in
-// tests, is left as it is).
-func bodyDeadline(w http.ResponseWriter) (clear func()) {
-	rc := http.NewResponseController(w)
-	if rc.SetReadDeadline(time.Now().Add(bodyTimeout)) != nil {
-		return func() {}
-	}
-	return func() { _ = rc.SetReadDeadline(time.Time{}) }
-}

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/toolexec/inflight"
 )
 
 // The text editor (text_editor_20250728): view, create, str_replace and
@@ -60,7 +61,7 @@ func (e *editor) run(ctx context.Context, input map[string]any) (string, error) 
 	}
 	if e.slots != nil && (command == "view" || command == "str_replace" || command == "insert") {
 		// The file is held several times over while it is edited.
-		free, err := slot(ctx, e.slots)
+		free, err := inflight.Slot(ctx, e.slots)
 		if err != nil {
 			return "", err
 		}

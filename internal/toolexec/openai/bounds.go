@@ -1,12 +1,10 @@
 package openai
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -109,48 +107,10 @@ func (b *answerBudget) keep(s string, nested bool) string {
 	return s[:cut] + dropNote
 }
 
-// slot takes one of sem's slots, waiting while ctx lasts; the function
-// returned gives it back.
-func slot(ctx context.Context, sem chan struct{}) (func(), error) {
-	select {
-	case sem <- struct{}{}:
-		return func() { <-sem }, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
 // maxInflightPerTenant caps one tenant's requests in flight, so that one
 // tenant's slow requests (a command that runs for an hour) cannot hold
 // every slot of maxInflight and refuse every other tenant.
 const maxInflightPerTenant = maxInflight / 4
-
-// tenantSlots counts the requests in flight per tenant.
-type tenantSlots struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-// take takes one of tenant's slots; false when it has none left. done
-// gives it back.
-func (t *tenantSlots) take(tenant string) (done func(), ok bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.n == nil {
-		t.n = map[string]int{}
-	}
-	if t.n[tenant] >= maxInflightPerTenant {
-		return nil, false
-	}
-	t.n[tenant]++
-	return func() {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		if t.n[tenant]--; t.n[tenant] == 0 {
-			delete(t.n, tenant)
-		}
-	}, true
-}
 
 // bodyTimeout bounds the arrival of a request's body. The route is
 // served beside the API, outside its slow-body guard: serve sets it as
@@ -162,17 +122,6 @@ var bodyTimeout = 60 * time.Second // a variable for tests
 
 // errTrailing: the body holds more than one JSON value.
 var errTrailing = errors.New("more than one JSON value")
-
-// bodyDeadline sets w's read deadline to bodyTimeout from now and
-// returns the function that clears it (a writer that has none, as in
-// tests, is left as it is).
-func bodyDeadline(w http.ResponseWriter) (clear func()) {
-	rc := http.NewResponseController(w)
-	if rc.SetReadDeadline(time.Now().Add(bodyTimeout)) != nil {
-		return func() {}
-	}
-	return func() { _ = rc.SetReadDeadline(time.Time{}) }
-}
 
 // decodeBody decodes r's body (at most maxBody bytes, no unknown
 // fields, one value) into v; a body past its deadline fails with

@@ -27,6 +27,7 @@ import (
 
 	wire "github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/toolexec/inflight"
 	"github.com/airlock-sandbox/airlock/internal/tracing"
 )
 
@@ -82,7 +83,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	lim := &limits{inflight: make(chan struct{}, maxInflight), patches: make(chan struct{}, maxPatchesAtOnce), tenants: &tenantSlots{}}
+	lim := &limits{inflight: make(chan struct{}, maxInflight), patches: make(chan struct{}, maxPatchesAtOnce), tenants: &inflight.Tenants{Max: maxInflightPerTenant}}
 	mux := http.NewServeMux()
 	mux.HandleFunc(Pattern, func(w http.ResponseWriter, r *http.Request) { serve(&cfg, lim, w, r) })
 	return mux
@@ -92,7 +93,7 @@ func Handler(cfg Config) http.Handler {
 // applied (see bounds.go).
 type limits struct {
 	inflight, patches chan struct{}
-	tenants           *tenantSlots
+	tenants           *inflight.Tenants
 }
 
 // Request is the route's body: the output items of a response (Output,
@@ -165,7 +166,7 @@ func (req *Request) validate() error {
 }
 
 func serve(cfg *Config, lim *limits, w http.ResponseWriter, r *http.Request) {
-	bodyRead := bodyDeadline(w)
+	bodyRead := inflight.BodyDeadline(w, bodyTimeout)
 	select {
 	case lim.inflight <- struct{}{}:
 		defer func() { <-lim.inflight }()
@@ -199,7 +200,7 @@ func serve(cfg *Config, lim *limits, w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
-	done, ok := lim.tenants.take(who.TenantID)
+	done, ok := lim.tenants.Take(who.TenantID)
 	if !ok {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusTooManyRequests, wire.CodeResourceExhausted, fmt.Sprintf("too many tool-call requests of this tenant in flight (%d); retry", maxInflightPerTenant))

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/toolexec/inflight"
 )
 
 // executor runs the calls of one request in sandbox id with the
@@ -283,7 +284,7 @@ func (x *executor) applyPatch(ctx context.Context, c *call) (any, error) {
 	}
 	// A patch holds its file and their lines several times over, and
 	// matches them: a few at a time (bounds.go).
-	free, err := slot(ctx, x.patches)
+	free, err := inflight.Slot(ctx, x.patches)
 	if err != nil {
 		return nil, err
 	}
